@@ -1,0 +1,39 @@
+"""Collective operations that are the identity when no process group is initialised.
+
+Solvers route every sum over data rows through :func:`all_reduce_sum`, so the same code runs on
+one process or data-parallel over many (each holding a shard of the rows).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["is_distributed", "rank", "world_size", "all_reduce_sum", "broadcast"]
+
+
+def is_distributed() -> bool:
+    """True when a torch.distributed process group with more than one process is running."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def rank() -> int:
+    return dist.get_rank() if is_distributed() else 0
+
+
+def world_size() -> int:
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum ``tensor`` over all processes (in place when distributed); returns it."""
+    if is_distributed():
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor
+
+
+def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+    """Copy ``tensor`` from process ``src`` to all processes (in place); returns it."""
+    if is_distributed():
+        dist.broadcast(tensor, src=src)
+    return tensor

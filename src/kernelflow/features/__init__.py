@@ -1,0 +1,1 @@
+"""Explicit feature maps: random features, Taylor features of the Gaussian kernel, Nyström."""

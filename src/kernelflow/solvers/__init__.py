@@ -1,0 +1,1 @@
+"""Solvers: pure functions on tensors (no scikit-learn inside)."""

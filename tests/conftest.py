@@ -1,0 +1,17 @@
+import numpy as np
+import pytest
+import torch
+
+
+@pytest.fixture
+def rng():
+    return np.random.RandomState(0)
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(0)
+
+
+def pytest_configure(config):
+    torch.set_default_dtype(torch.float32)
