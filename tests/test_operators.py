@@ -62,12 +62,12 @@ def test_float64_accumulation_is_more_accurate():
 
 def test_memory_budget_is_respected():
     X = torch.randn(400, 2, dtype=torch.float64)
-    op = KernelOperator(Gaussian(1.0), X, options=Options(memory_budget=400 * 400 * 8))
-    assert not op.fits_in_memory(copies=2)
+    op = KernelOperator(Gaussian(1.0), X, options=Options(memory_budget=400 * 400 * 4))
+    assert not op.fits_in_memory(copies=1)
     with pytest.raises(MemoryError, match="memory budget"):
         op.to_dense()
     bn, bm = op._tiles()
-    assert 3 * bn * bm * 8 <= 400 * 400 * 8
+    assert 3 * bn * bm * 8 <= 400 * 400 * 4
     v = torch.ones(400, dtype=torch.float64)
     full = KernelOperator(Gaussian(1.0), X) @ v
     torch.testing.assert_close(op @ v, full)

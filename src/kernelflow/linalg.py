@@ -38,11 +38,13 @@ def _default_jitter(A: torch.Tensor) -> float:
 
 
 def cholesky(A: torch.Tensor, *, jitter: float | None = None, max_tries: int = 8,
-             warn: bool = True) -> tuple[torch.Tensor, float]:
+             warn: bool = True, overwrite: bool = False) -> tuple[torch.Tensor, float]:
     """Lower Cholesky factor of a symmetric positive (semi-)definite matrix, with jitter escalation.
 
     Tries ``A`` itself, then ``A + j I`` for j = jitter, 10 jitter, ... (``max_tries`` times). A
-    :class:`NearSingularKernelWarning` is issued when jitter was needed. Cost O(n^3 / 3).
+    :class:`NearSingularKernelWarning` is issued when jitter was needed. Only the lower triangle
+    of ``A`` is read. With ``overwrite=True`` the jitter is added to ``A``'s diagonal in place
+    (saving one n x n copy). Cost O(n^3 / 3).
 
     Returns
     -------
@@ -59,15 +61,19 @@ def cholesky(A: torch.Tensor, *, jitter: float | None = None, max_tries: int = 8
     """
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"cholesky needs a square matrix, got shape {tuple(A.shape)}.")
-    if not torch.isfinite(A).all():
+    if not torch.isfinite(A.diagonal()).all() or not torch.isfinite(A).all():
         raise ValueError("cholesky: the matrix contains NaN or inf.")
     L, info = torch.linalg.cholesky_ex(A)
     if int(info) == 0:
         return L, 0.0
+    del L
     j = _default_jitter(A) if jitter is None else float(jitter)
-    eye = torch.eye(A.shape[0], dtype=A.dtype, device=A.device)
+    work = A if overwrite else A.clone()
+    added = 0.0
     for _ in range(max_tries):
-        L, info = torch.linalg.cholesky_ex(A + j * eye)
+        work.diagonal().add_(j - added)
+        added = j
+        L, info = torch.linalg.cholesky_ex(work)
         if int(info) == 0:
             if warn:
                 warnings.warn(
@@ -179,7 +185,8 @@ def conjugate_gradient(
 def symmetric_eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigendecomposition K = U diag(s) U^T of a symmetric PSD matrix, s ascending, clipped at 0.
 
-    Cost O(n^3). Negative eigenvalues from rounding are set to 0 (K is PSD in exact arithmetic).
+    Cost O(n^3). Only the lower triangle is read. Negative eigenvalues from rounding are set to
+    0 (K is PSD in exact arithmetic).
 
     Examples
     --------
@@ -192,7 +199,7 @@ def symmetric_eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"symmetric_eigh needs a square matrix, got shape {tuple(K.shape)}.")
     if not torch.isfinite(K).all():
         raise ValueError("symmetric_eigh: the matrix contains NaN or inf.")
-    s, U = torch.linalg.eigh(0.5 * (K + K.T))
+    s, U = torch.linalg.eigh(K)
     return s.clamp_min(0.0), U
 
 

@@ -35,7 +35,7 @@ class Options:
     memory_budget : int, optional
         Bytes that one call may allocate for kernel tiles and dense kernel matrices. ``None``
         means ``memory_fraction`` of the memory available when the call starts.
-    memory_fraction : float, default=0.25
+    memory_fraction : float, default=0.5
         Fraction of available memory used when ``memory_budget`` is None.
     tile_elements : int, default=2**19
         Target number of kernel entries per tile (about 2 MB in float32: cache-sized).
@@ -58,7 +58,7 @@ class Options:
     """
 
     memory_budget: int | None = None
-    memory_fraction: float = 0.25
+    memory_fraction: float = 0.5
     tile_elements: int = 2**19
     accumulate_float64: bool = False
     device: str | torch.device | None = None
@@ -302,17 +302,19 @@ class KernelOperator:
         return self.kernel._block(self._P1[r], self._P2[c])
 
     def to_dense(self) -> torch.Tensor:
-        """The full matrix; raises ``MemoryError`` if it exceeds the memory budget."""
-        if not self.fits_in_memory(copies=2):
+        """The full matrix; raises ``MemoryError`` if it exceeds the memory budget.
+
+        Factorising it needs about as much again (the factor); callers that factorise check
+        ``fits_in_memory(copies=2)``.
+        """
+        if not self.fits_in_memory(copies=1):
             n1, n2 = self.shape
             raise MemoryError(
-                f"K of shape ({n1}, {n2}) needs {2 * n1 * n2 * self.X1.element_size()} bytes "
-                f"with scratch, above the memory budget of {self._budget()} bytes; use products."
+                f"K of shape ({n1}, {n2}) needs {n1 * n2 * self.X1.element_size()} bytes, above "
+                f"the memory budget of {self._budget()} bytes; use products instead."
             )
-        K = self.kernel._block(self._P1, self._P2)
-        if self.symmetric:
-            K = 0.5 * (K + K.T)  # exact symmetry despite rounding in the GEMM
-        return K
+        # Symmetric up to rounding in the GEMM; factorisations read one triangle only.
+        return self.kernel._block(self._P1, self._P2)
 
     def __repr__(self):
         return f"KernelOperator({self.kernel!r}, shape={self.shape}, dtype={self.dtype})"

@@ -121,12 +121,19 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         yc, self.intercept_ = self._center_targets(y, sw)
         self.X_fit_ = X
         op = self._operator(X)
+        if not op.fits_in_memory(copies=2):
+            raise MemoryError(
+                f"Exact kernel ridge regression with n = {X.shape[0]} needs two dense "
+                f"{X.shape[0]} x {X.shape[0]} matrices, above the memory budget; use "
+                "NystromKernelRidge instead."
+            )
         K = op.to_dense()
         if self.solver == "eigen" and alpha.size == 1:
             s, U = spectrum(K, sw)
             self.dual_coef_ = krr_spectral(s, U, yc, [float(alpha)], sample_weight=sw)[0]
         else:
-            self.dual_coef_ = krr_cholesky(K, yc, torch.as_tensor(alpha), sample_weight=sw)
+            self.dual_coef_ = krr_cholesky(K, yc, torch.as_tensor(alpha), sample_weight=sw,
+                                           overwrite_k=True)
         return self
 
     def predict(self, X):

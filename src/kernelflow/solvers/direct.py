@@ -46,12 +46,15 @@ def krr_cholesky(
     alpha,  # float or tensor of shape (t,)
     *,
     sample_weight: torch.Tensor | None = None,  # shape: (n,)
+    overwrite_k: bool = False,
 ) -> torch.Tensor:  # shape: like Y
     """Kernel ridge coefficients (K + alpha W^{-1})^{-1} y by Cholesky, with jitter escalation.
 
     With sample weights W the objective is sum_i w_i (y_i - f_i)^2 + alpha ||f||_H^2, solved as
     scikit-learn does: c = W^{1/2} (W^{1/2} K W^{1/2} + alpha I)^{-1} W^{1/2} y. A per-target
-    ``alpha`` (shape (t,)) factorises once per distinct value. Cost O(n^3/3 + n^2 t).
+    ``alpha`` (shape (t,)) factorises once per distinct value. ``overwrite_k=True`` lets the
+    solver add the penalty to K's diagonal in place (peak memory: K and its factor).
+    Cost O(n^3/3 + n^2 t).
 
     Examples
     --------
@@ -63,20 +66,19 @@ def krr_cholesky(
     Y2, squeeze = _as_2d(Y)
     Kw, Yw, sw = _weighted(K, Y2, sample_weight)
     alphas = torch.as_tensor(alpha, dtype=K.dtype).reshape(-1)
-    eye = torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
-    if alphas.numel() == 1:
-        L, _ = cholesky(Kw + float(alphas[0]) * eye)
-        C = cho_solve(L, Yw)
-    else:
-        if alphas.numel() != Y2.shape[1]:
-            raise ValueError(
-                f"alpha has {alphas.numel()} values but y has {Y2.shape[1]} targets."
-            )
-        C = torch.empty_like(Yw)
-        for a in torch.unique(alphas):
-            cols = (alphas == a).nonzero().reshape(-1)
-            L, _ = cholesky(Kw + float(a) * eye)
-            C[:, cols] = cho_solve(L, Yw[:, cols])
+    if alphas.numel() not in (1, Y2.shape[1]):
+        raise ValueError(f"alpha has {alphas.numel()} values but y has {Y2.shape[1]} targets.")
+    C = torch.empty_like(Yw)
+    values = torch.unique(alphas)
+    A = Kw.clone() if (Kw is K and overwrite_k is False) else Kw
+    for i, a in enumerate(values):
+        cols = (alphas == a).nonzero().reshape(-1) if alphas.numel() > 1 else slice(None)
+        if i > 0:
+            A.diagonal().sub_(float(values[i - 1]))
+        A.diagonal().add_(float(a))
+        L, _ = cholesky(A, overwrite=len(values) == 1)
+        C[:, cols] = cho_solve(L, Yw[:, cols])
+        del L
     if sw is not None:
         C = C * sw[:, None]
     return C[:, 0] if squeeze else C
