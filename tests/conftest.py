@@ -15,3 +15,6 @@ def gen():
 
 def pytest_configure(config):
     torch.set_default_dtype(torch.float32)
+    # Test problems are small: one intra-op thread avoids OpenMP spin-waiting, which dominates
+    # small factorisations whenever the cores are shared with other processes.
+    torch.set_num_threads(1)

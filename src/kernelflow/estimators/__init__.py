@@ -9,9 +9,31 @@ from __future__ import annotations
 import importlib
 
 _LOCATIONS = {
+    # exact and spectral
     "KernelRidge": ".kernel_ridge",
     "KernelGradientFlow": ".gradient_flow",
     "KernelRidgeCV": ".kernel_ridge_cv",
+    # early-stopped paths and explicit penalties
+    "KernelGradientDescent": ".gradient_descent",
+    "KernelSignGradient": ".sign_gradient",
+    "KernelCoordinateDescent": ".coordinate_descent",
+    "PenalizedKernelRegressor": ".penalized",
+    "KernelGradientDescentCV": ".path_cv",
+    "KernelSignGradientCV": ".path_cv",
+    "KernelCoordinateDescentCV": ".path_cv",
+    "PenalizedKernelRegressorCV": ".penalized_cv",
+    # robust baselines (M-estimators, quantile regression)
+    "KernelHuberRegressor": ".huber",
+    "KernelTukeyRegressor": ".tukey",
+    "KernelQuantileRegressor": ".quantile",
+    # Nyström
+    "Nystroem": ".nystroem",
+    "NystromKernelRidge": ".nystrom_ridge",
+    "NystromRobustRegressor": ".nystrom_robust",
+    # doubly stochastic functional gradients
+    "DoublyStochasticRegressor": ".doubly_stochastic_regressor",
+    "DoublyStochasticClassifier": ".doubly_stochastic_classifier",
+    "DoublyStochasticNoveltyDetector": ".doubly_stochastic_novelty",
 }
 
 __all__ = sorted(_LOCATIONS)
