@@ -1,0 +1,143 @@
+"""Kernel coordinate descent (forward stagewise) with early stopping (KCD): sparse regression."""
+
+from __future__ import annotations
+
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+
+from ..solvers.paths import coordinate_descent_path
+from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from .gradient_descent import PATH_CONSTRAINTS, _fit_path_estimator
+
+__all__ = ["KernelCoordinateDescent"]
+
+
+class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
+    """Sparse kernel regression by coordinate descent from alpha = 0 with early stopping.
+
+    Forward stagewise on the dual objective: r_k = y - K alpha_k, and every coordinate m
+    attaining max |r_k| moves by eta sign(r_m) (Allerbo, KCD; all tied coordinates move). The
+    path approximates l1-penalised kernel regression (Kl1R), and in feature space it is gradient
+    descent on the minimax loss ||y - Phi beta||_inf (Prop. 5.2): extreme observations enter
+    first, so few coefficients are non-zero (``support_``). With ``early_stopping`` the number of
+    steps is chosen on a held-out ``validation_fraction`` of the rows, then the model is refit on
+    all rows for that many steps.
+
+    Cost: O(n) per step plus one kernel column per moved coordinate (O(n d) when K does not fit
+    in memory; columns of revisited coordinates are cached), so n = 10^5 runs matrix-free.
+
+    Parameters
+    ----------
+    learning_rate : float or "auto", default="auto"
+        Step eta. "auto" is 0.01 max|y| / max_i K_ii (a step changes r_m by eta K_mm); the paper
+        uses 0.01.
+    max_iter : int, default=10000
+        Maximal number of steps (the stopping time when ``early_stopping=False``).
+    tol : float, default=0.0
+        With early stopping, the validation MSE must improve by more than ``tol``; without, the
+        run stops once max|y - K alpha| <= tol max|y|.
+    early_stopping : bool, default=True
+    validation_fraction : float, default=0.1
+    n_iter_no_change : int, default=100
+    random_state : int, RandomState instance or None, default=None
+        Seed of the validation split.
+    kernel : str or Kernel, default="rbf"
+    sigma, gamma, degree, coef0
+        Kernel parameters (see :func:`kernelflow.kernels.make_kernel`).
+    fit_intercept : bool, default=True
+        Centre y (mean) and add it back to predictions.
+    options : Options, default=None
+    verbose : int, default=0
+
+    Attributes
+    ----------
+    dual_coef_ : tensor of shape (n_samples,) or (n_samples, n_targets)
+    support_ : ndarray of shape (n_support,)
+        Indices of the training rows with a non-zero coefficient (for any target).
+    intercept_ : tensor of shape () or (n_targets,)
+    X_fit_ : tensor of shape (n_samples, n_features)
+    kernel_ : Kernel
+    n_iter_ : int
+    learning_rate_ : float
+    t_ : float
+        Stopping time ``n_iter_ * learning_rate_`` (a bound on ||dual_coef_||_1).
+    validation_losses_ : ndarray or None
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined only when X has feature names that are all strings.
+
+    See Also
+    --------
+    PenalizedKernelRegressor : the explicit l1 penalty (penalty="l1").
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelflow.estimators.coordinate_descent import KernelCoordinateDescent
+    >>> rng = np.random.RandomState(0)
+    >>> X = rng.uniform(-10, 10, size=(100, 1))
+    >>> y = np.exp(-5 * X[:, 0] ** 2) + 0.1 * rng.randn(100)
+    >>> model = KernelCoordinateDescent(sigma=0.5, random_state=0).fit(X, y)
+    >>> bool(len(model.support_) < 50)
+    True
+    """
+
+    _parameter_constraints: dict = {**PATH_CONSTRAINTS, **KERNEL_CONSTRAINTS}
+
+    def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
+                 validation_fraction=0.1, n_iter_no_change=100, random_state=None, kernel="rbf",
+                 sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, options=None,
+                 verbose=0):
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.tol = tol
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.random_state = random_state
+        self.kernel = kernel
+        self.sigma = sigma
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.fit_intercept = fit_intercept
+        self.options = options
+        self.verbose = verbose
+
+    _path_function = staticmethod(coordinate_descent_path)
+
+    def _path_kwargs(self) -> dict:
+        return {}
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit the model.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
+
+        Returns
+        -------
+        self : object
+        """
+        _fit_path_estimator(self, X, y)
+        nz = self.dual_coef_ != 0
+        if nz.ndim == 2:
+            nz = nz.any(dim=1)
+        self.support_ = torch.nonzero(nz).reshape(-1).cpu().numpy()
+        return self
+
+    def predict(self, X):
+        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
+        """
+        return self._kernel_predict(X)

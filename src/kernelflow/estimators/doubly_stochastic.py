@@ -1,0 +1,245 @@
+"""Shared machinery of the doubly stochastic estimators (Dai et al. 2014).
+
+The estimators wire :class:`kernelflow.solvers.doubly_stochastic.DoublyStochasticModel` into the
+scikit-learn API: epochs of shuffled mini-batches in ``fit``, one in-order pass per chunk in
+``partial_fit``, ``warm_start``, validation early stopping and ``random_state``. The fitted state
+is only the coefficients (one row per random feature), a few scalars, the seed of the feature
+stream and the kernel: no training rows are kept.
+"""
+
+from __future__ import annotations
+
+import logging
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted
+
+from ..distributed._comm import all_reduce_sum
+from ..features.random import supports_random_features
+from ..kernels import KERNEL_NAMES, Kernel, make_kernel
+from ..solvers.doubly_stochastic import DoublyStochasticModel, StepSchedule
+from ..utils._progress import progress
+from ..utils._validation import check_X
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DoublyStochasticMixin", "DOUBLY_STOCHASTIC_CONSTRAINTS"]
+
+DOUBLY_STOCHASTIC_CONSTRAINTS = {
+    "kernel": [StrOptions(set(KERNEL_NAMES) - {"laplacian"}), Kernel],
+    "sigma": [Interval(Real, 0, None, closed="neither"), None],
+    "gamma": [Interval(Real, 0, None, closed="neither"), None],
+    "degree": [Interval(Integral, 1, None, closed="left")],
+    "coef0": [Interval(Real, 0, None, closed="left")],
+    "learning_rate": [StrOptions(set(StepSchedule.KINDS))],
+    "eta0": [Interval(Real, 0, None, closed="neither")],
+    "decay": [Interval(Real, 0, None, closed="left")],
+    "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
+    "block_size": [Interval(Integral, 2, None, closed="left")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "max_blocks": [Interval(Integral, 1, None, closed="left"), None],
+    "precondition": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"}), None],
+    "average": ["boolean", Interval(Integral, 1, None, closed="left")],
+    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "early_stopping": ["boolean"],
+    "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+    "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+    "shuffle": ["boolean"],
+    "random_state": ["random_state"],
+    "warm_start": ["boolean"],
+    "verbose": ["verbose"],
+    "dtype": [StrOptions({"float32", "float64"})],
+}
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class DoublyStochasticMixin:
+    """fit / partial_fit / prediction for the doubly stochastic estimators.
+
+    Subclasses define ``_loss_name()``, ``_regularisation()``, ``_encode_targets(y, first)``
+    (returns the (n, C) target tensor) and ``_n_outputs`` after encoding.
+    """
+
+    _has_intercept = True
+
+    # ---- model construction ------------------------------------------------------------------
+    def _make_model(self, n_input, n_outputs, kernel, seed, device):
+        schedule = StepSchedule(self.learning_rate, eta0=self.eta0, decay=self.decay)
+        return DoublyStochasticModel(
+            kernel, n_input, n_outputs, loss=self._loss_object(), alpha=self._regularisation(),
+            schedule=schedule, block_size=self.block_size, seed=seed,
+            max_blocks=self.max_blocks, precondition=self._precondition(), average=self.average,
+            fit_intercept=self._has_intercept and getattr(self, "fit_intercept", False),
+            dtype=_DTYPES[self.dtype], device=device,
+        )
+
+    def _precondition(self):
+        if self.precondition != "auto":
+            return self.precondition
+        flat = {"epsilon_insensitive", "absolute_error", "quantile"}
+        return None if getattr(self, "loss", "novelty") in flat | {"novelty"} else 5.0
+
+    def _resolve_kernel(self, X):
+        kernel = self.kernel
+        if isinstance(kernel, Kernel):
+            kernel = make_kernel(kernel)
+        else:
+            kernel = make_kernel(kernel, sigma=self.sigma, gamma=self.gamma, degree=self.degree,
+                                 coef0=self.coef0, X=X)
+        if not supports_random_features(kernel):
+            raise ValueError(f"Kernel {kernel!r} has no random-feature map.")
+        if self.block_size % 2 and kernel.is_stationary:
+            raise ValueError(
+                f"block_size must be even for {type(kernel).__name__} (cos/sin pairs), got "
+                f"{self.block_size}."
+            )
+        return kernel
+
+    def _init_state(self, X):
+        rng = check_random_state(self.random_state)
+        self.kernel_ = self._resolve_kernel(X)
+        self.seed_ = int(rng.randint(np.iinfo(np.int32).max))
+        self._model = self._make_model(X.shape[1], self._n_outputs, self.kernel_, self.seed_,
+                                       X.device)
+        self.n_iter_ = 0
+        self.loss_curve_ = []
+        self.batch_size_ = (int(np.clip(X.shape[0] // 16, 32, 1024)) if self.batch_size == "auto"
+                            else int(self.batch_size))
+        self._store_state()
+
+    def _store_state(self):
+        st = self._model.state()
+        self.coef_ = st["coef"]
+        self.intercept_ = st["intercept"]
+        self.t_ = st["t"]
+        self.n_blocks_ = st["n_blocks"]
+        self.n_features_total_ = st["n_blocks"] * self.block_size
+        self.n_averaged_ = st["n_averaged"]
+        if self.average:
+            self.averaged_coef_ = st.get("averaged_coef", st["coef"])
+            self.averaged_intercept_ = st.get("averaged_intercept", st["intercept"])
+        if self._model.loss.has_offset:
+            self.raw_offset_ = st["offset"]
+            self.offset_ = st.get("averaged_offset", st["offset"]) if st["n_averaged"] else \
+                st["offset"]
+
+    def _get_model(self):
+        m = getattr(self, "_model", None)
+        if m is not None and m.t == self.t_ and m.n_blocks == self.n_blocks_:
+            return m
+        # rebuilt from the stored coefficients (e.g. after unpickling); features regenerate
+        m = self._make_model(self.n_features_in_, self.coef_.shape[1], self.kernel_, self.seed_,
+                             self.coef_.device)
+        state = {"coef": self.coef_, "intercept": self.intercept_, "t": self.t_,
+                 "n_blocks": self.n_blocks_, "n_averaged": self.n_averaged_,
+                 "offset": getattr(self, "raw_offset_", 0.0)}
+        if self.average and hasattr(self, "averaged_coef_"):
+            state.update(averaged_coef=self.averaged_coef_,
+                         averaged_intercept=self.averaged_intercept_,
+                         averaged_offset=getattr(self, "offset_", 0.0))
+        self._model = m.load_state(state)
+        return m
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_model", None)  # the model file holds coefficients only
+        return state
+
+    # ---- training loops -----------------------------------------------------------------------
+    def _run_batches(self, model, X, Y, sw, order):
+        losses = []
+        bs = self.batch_size_
+        for i in range(0, len(order), bs):
+            idx = order[i : i + bs]
+            w = None if sw is None else sw[idx]
+            val = model.step(X[idx], Y[idx], w)
+            losses.append((val, len(idx)))
+        tot = sum(n for _, n in losses)
+        return sum(v * n for v, n in losses) / max(tot, 1)
+
+    def _validation_loss(self, model, X, Y, sw):
+        F = model.decision_function(X, averaged=bool(self.average))
+        target = torch.full_like(F, model.current_offset) if model.loss.has_offset else \
+            Y.to(F.dtype)
+        v = model.loss.value(F, target)
+        w = torch.ones_like(v) if sw is None else sw.to(v.dtype)
+        s = all_reduce_sum(torch.stack([(v * w).sum(), w.sum()]))
+        return float(s[0] / s[1].clamp_min(1e-300))
+
+    def _fit(self, X, y, sw):
+        """Epochs of shuffled mini-batches; X, y tensors (already validated)."""
+        resume = self.warm_start and hasattr(self, "coef_") and getattr(self, "t_", 0) > 0
+        Y = self._encode_targets(y, first=not resume)
+        if resume:
+            if self.coef_.shape[1] != Y.shape[1]:
+                raise ValueError("warm_start: the targets changed their number of columns.")
+            model = self._get_model()
+        else:
+            self._init_state(X)
+            model = self._model
+        rng = check_random_state(self.random_state)
+        n = X.shape[0]
+        Xv = Yv = swv = None
+        if self.early_stopping:
+            n_val = max(1, int(round(self.validation_fraction * n)))
+            if n - n_val < 1:
+                raise ValueError("validation_fraction leaves no training rows.")
+            perm = torch.as_tensor(rng.permutation(n))
+            val, tr = perm[:n_val], perm[n_val:]
+            Xv, Yv = X[val], Y[val]
+            swv = None if sw is None else sw[val]
+            X, Y = X[tr], Y[tr]
+            sw = None if sw is None else sw[tr]
+            n = X.shape[0]
+        best, no_improve = np.inf, 0
+        self.n_iter_ = 0
+        for _epoch in progress(range(self.max_iter), total=self.max_iter,
+                               desc=type(self).__name__, verbose=self.verbose):
+            order = torch.as_tensor(rng.permutation(n)) if self.shuffle else torch.arange(n)
+            train_loss = self._run_batches(model, X, Y, sw, order)
+            self.n_iter_ += 1
+            score = self._validation_loss(model, Xv, Yv, swv) if self.early_stopping else \
+                train_loss
+            self.loss_curve_.append(float(train_loss))
+            logger.debug("epoch %d: train loss %.6g, monitored %.6g", self.n_iter_, train_loss,
+                         score)
+            if self.tol is not None:
+                if score > best - self.tol:
+                    no_improve += 1
+                else:
+                    no_improve = 0
+                best = min(best, score)
+                if no_improve >= self.n_iter_no_change:
+                    break
+        self._store_state()
+        return self
+
+    def _partial_fit(self, X, y, sw):
+        first = not hasattr(self, "coef_")
+        Y = self._encode_targets(y, first=first)
+        if first:
+            self._init_state(X)
+        model = self._get_model()
+        if Y.shape[1] != model.n_outputs:
+            raise ValueError(
+                f"y has {Y.shape[1]} target column(s), the model was started with "
+                f"{model.n_outputs}."
+            )
+        loss = self._run_batches(model, X, Y, sw, torch.arange(X.shape[0]))
+        self.loss_curve_.append(float(loss))
+        self._store_state()
+        return self
+
+    # ---- prediction ---------------------------------------------------------------------------
+    def _decision(self, X):
+        """(f(X), kind) with f of shape (n, C), computed block by block (Algorithm 2)."""
+        check_is_fitted(self, "coef_")
+        Xt, kind = check_X(self, X, reset=False)
+        model = self._get_model()
+        F = model.decision_function(Xt, averaged=bool(self.average))
+        return F.to(torch.float64) if kind == "numpy" else F, kind

@@ -1,0 +1,262 @@
+"""Kernel classification on streams by doubly stochastic functional gradients."""
+
+from __future__ import annotations
+
+from numbers import Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import column_or_1d
+
+from ..solvers.losses import SoftmaxLoss, get_loss
+from ..utils._validation import check_X_y, to_output
+from .doubly_stochastic import DOUBLY_STOCHASTIC_CONSTRAINTS, DoublyStochasticMixin
+
+__all__ = ["DoublyStochasticClassifier"]
+
+
+def _labels_to_numpy(y):
+    return y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+
+
+class DoublyStochasticClassifier(DoublyStochasticMixin, ClassifierMixin, BaseEstimator):
+    """Kernel SVM / kernel logistic regression by doubly stochastic functional gradients.
+
+    Algorithm 1 of Dai et al. (2014) with the hinge ``max(0, 1 - yu)``, squared hinge
+    ``½max(0, 1 - yu)²`` or logistic loss ``log(1 + e^{-yu})`` for two classes (labels mapped to
+    ±1, one output), and the multiclass softmax loss ``-u_y + log Σ_c e^{u_c}`` (``"log_loss"``)
+    or one-vs-rest hinge losses for more classes (one output per class, one shared feature
+    stream). Memory O(t · block_size · n_outputs); iteration t costs
+    O(batch_size · t · block_size · d).
+
+    Parameters
+    ----------
+    loss : {"hinge", "squared_hinge", "log_loss"}, default="hinge"
+    alpha : float, default=1e-6
+        RKHS regularisation ν.
+    kernel, sigma, gamma, degree, coef0 :
+        As in :class:`DoublyStochasticRegressor`.
+    learning_rate, eta0, decay, batch_size, block_size, max_iter, max_blocks, precondition, \
+average, fit_intercept, tol, early_stopping, validation_fraction, n_iter_no_change, shuffle, \
+random_state, warm_start, verbose, dtype :
+        As in :class:`DoublyStochasticRegressor`.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Fixed by the first call to ``fit``/``partial_fit`` (or its ``classes`` argument).
+    coef_ : tensor of shape (n_features_total_, n_outputs)
+    intercept_ : tensor of shape (n_outputs,)
+    kernel_, seed_, t_, n_blocks_, n_features_total_, n_iter_, loss_curve_ :
+        As in :class:`DoublyStochasticRegressor`.
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+
+    Examples
+    --------
+    >>> from sklearn.datasets import make_moons
+    >>> from kernelflow.estimators.doubly_stochastic_classifier import (
+    ...     DoublyStochasticClassifier)
+    >>> X, y = make_moons(400, noise=0.1, random_state=0)
+    >>> clf = DoublyStochasticClassifier(sigma=0.5, block_size=32, max_iter=5,
+    ...                                  random_state=0).fit(X, y)
+    >>> round(clf.score(X, y), 1)
+    1.0
+    """
+
+    _parameter_constraints: dict = {
+        "loss": [StrOptions({"hinge", "squared_hinge", "log_loss"})],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "fit_intercept": ["boolean"],
+        **DOUBLY_STOCHASTIC_CONSTRAINTS,
+    }
+
+    def __init__(self, loss="hinge", *, alpha=1e-6, kernel="rbf", sigma=None, gamma=None,
+                 degree=3, coef0=1.0, learning_rate="inverse_scaling", eta0=1.0, decay=1e-3,
+                 batch_size="auto", block_size=128, max_iter=20, max_blocks=None,
+                 precondition="auto", average=False, fit_intercept=True, tol=1e-4,
+                 early_stopping=False, validation_fraction=0.1, n_iter_no_change=5, shuffle=True,
+                 random_state=None, warm_start=False, verbose=0, dtype="float64"):
+        self.loss = loss
+        self.alpha = alpha
+        self.kernel = kernel
+        self.sigma = sigma
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.learning_rate = learning_rate
+        self.eta0 = eta0
+        self.decay = decay
+        self.batch_size = batch_size
+        self.block_size = block_size
+        self.max_iter = max_iter
+        self.max_blocks = max_blocks
+        self.precondition = precondition
+        self.average = average
+        self.fit_intercept = fit_intercept
+        self.tol = tol
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.warm_start = warm_start
+        self.verbose = verbose
+        self.dtype = dtype
+
+    def _multiclass_softmax(self):
+        return len(self.classes_) > 2 and self.loss == "log_loss"
+
+    def _loss_object(self):
+        return SoftmaxLoss() if self._multiclass_softmax() else get_loss(self.loss)
+
+    def _regularisation(self):
+        return self.alpha
+
+    def _set_classes(self, y_np, classes):
+        check_classification_targets(y_np)
+        cl = np.unique(y_np) if classes is None else np.unique(np.asarray(classes))
+        if len(cl) < 2:
+            raise ValueError(
+                f"The classifier needs samples of at least 2 classes; got {len(cl)} class(es)."
+            )
+        self.classes_ = cl
+        self._n_outputs = 1 if len(cl) == 2 else len(cl)
+
+    def _encode_targets(self, y_np, first):
+        unseen = np.setdiff1d(np.unique(y_np), self.classes_)
+        if unseen.size:
+            raise ValueError(
+                f"y contains label(s) {unseen.tolist()} not seen at the first call (classes_ = "
+                f"{self.classes_.tolist()}); pass every class with `classes=` on the first "
+                "partial_fit call."
+            )
+        idx = torch.as_tensor(np.searchsorted(self.classes_, y_np))
+        dt = torch.float64
+        if len(self.classes_) == 2:
+            return (2.0 * idx.to(dt) - 1.0).reshape(-1, 1)
+        onehot = torch.nn.functional.one_hot(idx, len(self.classes_)).to(dt)
+        return onehot if self._multiclass_softmax() else 2.0 * onehot - 1.0
+
+    def _check(self, X, y, sample_weight, reset):
+        y_np = _labels_to_numpy(y)
+        if y_np.ndim == 2 and y_np.shape[1] == 1:
+            y_np = column_or_1d(y_np, warn=True)
+        X, _, sw, _ = check_X_y(self, X, np.zeros(len(y_np)) if y_np.ndim == 1 else y_np,
+                                 reset=reset, multi_output=False, sample_weight=sample_weight)
+        return X, y_np, sw
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit by ``max_iter`` epochs of shuffled mini-batches (restarts unless ``warm_start``).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        resume = self.warm_start and hasattr(self, "coef_")
+        X, y_np, sw = self._check(X, y, sample_weight, reset=not resume)
+        if not resume:
+            self._set_classes(y_np, None)
+        return self._fit(X, y_np, sw)
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """One in-order pass of mini-batches over a chunk of a stream.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+        classes : array-like of shape (n_classes,), default=None
+            All classes of the stream; only used (and then fixed) at the first call. Without
+            it the first chunk's labels are the classes, and later unseen labels raise.
+        sample_weight : array-like of shape (n_samples,), default=None
+
+        Returns
+        -------
+        self : object
+        """
+        first = not hasattr(self, "coef_")
+        X, y_np, sw = self._check(X, y, sample_weight, reset=first)
+        if first:
+            self._set_classes(y_np, classes)
+        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(
+                f"classes={np.unique(classes).tolist()} differs from the classes of the first "
+                f"call {self.classes_.tolist()}."
+            )
+        return self._partial_fit(X, y_np, sw)
+
+    def decision_function(self, X):
+        """Scores ``f(x)``: shape (n_samples,) for two classes, else (n_samples, n_classes).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        scores : ndarray or tensor
+        """
+        F, kind = self._decision(X)
+        return to_output(F[:, 0] if F.shape[1] == 1 else F, kind)
+
+    def predict(self, X):
+        """Class labels (sign of the score, or its arg-max).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        labels : ndarray of shape (n_samples,)
+        """
+        F, _ = self._decision(X)
+        idx = (F[:, 0] > 0).long() if F.shape[1] == 1 else F.argmax(1)
+        return self.classes_[idx.cpu().numpy()]
+
+    def _has_proba(self):
+        return self.loss == "log_loss"
+
+    @available_if(_has_proba)
+    def predict_proba(self, X):
+        """Class probabilities of the logistic / softmax model.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray or tensor of shape (n_samples, n_classes)
+        """
+        F, kind = self._decision(X)
+        if F.shape[1] == 1:
+            p1 = torch.sigmoid(F[:, 0])
+            P = torch.stack([1 - p1, p1], dim=1)
+        else:
+            P = torch.softmax(F, dim=1)
+        return to_output(P, kind)
+
+    @available_if(_has_proba)
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        P = self.predict_proba(X)
+        return P.log() if isinstance(P, torch.Tensor) else np.log(P)

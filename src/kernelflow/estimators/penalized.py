@@ -1,0 +1,153 @@
+"""Kernel regression with an explicit l1, l-infinity or ridge penalty on the dual coefficients."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ..operators import KernelOperator
+from ..solvers.proximal import proximal_gradient
+from ..utils._validation import check_X_y
+from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+
+__all__ = ["PenalizedKernelRegressor"]
+
+
+class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
+    """Kernel regression with an l1 (sparse), l-infinity (robust) or ridge penalty.
+
+    Solves alpha_hat = argmin_alpha 1/2 ||y - K alpha||^2_{K^-1} + alpha_pen P(alpha)
+    = argmin 1/2 alpha^T K alpha - y^T alpha + alpha_pen P(alpha) (Allerbo, Eq. 5b with the
+    penalty swapped; Eq. 12-13): P = ||.||_inf (Kl-inf R: extreme coefficients are capped at a
+    common level, other points are interpolated: robust), ||.||_1 (Kl1R: sparse) or
+    1/2 ||.||_2^2 (kernel ridge regression, (K + alpha_pen I)^-1 y). Solved by accelerated
+    proximal gradient (FISTA with adaptive restart and exact prox operators), run until the KKT
+    residual is below ``tol`` (not for a fixed number of iterations), with an exact polish on the
+    identified active set. ``alpha`` is the paper's lambda; the reference code thresholds with
+    its lambda directly, so its values equal 0.01 * alpha here.
+
+    Cost: one O(n^2) kernel product and one prox (O(n log n)) per iteration; a dense K is used
+    when it fits in memory, otherwise products are matrix-free.
+
+    Parameters
+    ----------
+    alpha : float, default=1.0
+        Penalty strength lambda >= 0. alpha = 0 for every alpha >= ||y||_1 (linf) or
+        >= ||y||_inf (l1), with y centred when ``fit_intercept``.
+    penalty : {"linf", "l1", "l2"}, default="linf"
+    learning_rate : float or "auto", default="auto"
+        Proximal step; "auto" is 1 / s_max(K).
+    max_iter : int, default=10000
+    tol : float, default=1e-6
+        KKT tolerance relative to max|y|.
+    kernel : str or Kernel, default="rbf"
+    sigma, gamma, degree, coef0
+        Kernel parameters (see :func:`kernelflow.kernels.make_kernel`).
+    fit_intercept : bool, default=True
+        Centre y (mean) and add it back to predictions.
+    options : Options, default=None
+
+    Attributes
+    ----------
+    dual_coef_ : tensor of shape (n_samples,) or (n_samples, n_targets)
+    support_ : ndarray of shape (n_support,)
+        Rows with a non-zero coefficient (for any target).
+    intercept_ : tensor of shape () or (n_targets,)
+    X_fit_ : tensor of shape (n_samples, n_features)
+    kernel_ : Kernel
+    n_iter_ : int
+    converged_ : bool
+    kkt_residual_ : float
+    n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Defined only when X has feature names that are all strings.
+
+    See Also
+    --------
+    KernelSignGradient : early-stopped counterpart of the l-infinity penalty.
+    KernelCoordinateDescent : early-stopped counterpart of the l1 penalty.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelflow.estimators.penalized import PenalizedKernelRegressor
+    >>> rng = np.random.RandomState(0)
+    >>> X = rng.uniform(-3, 3, size=(50, 1))
+    >>> y = np.sin(X[:, 0]) + 0.1 * rng.randn(50)
+    >>> model = PenalizedKernelRegressor(alpha=0.5, penalty="l1", sigma=1.0).fit(X, y)
+    >>> model.converged_, bool(len(model.support_) < 50)
+    (True, True)
+    """
+
+    _parameter_constraints: dict = {
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "penalty": [StrOptions({"linf", "l1", "l2"})],
+        "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        **KERNEL_CONSTRAINTS,
+    }
+
+    def __init__(self, alpha=1.0, *, penalty="linf", learning_rate="auto", max_iter=10000,
+                 tol=1e-6, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
+                 fit_intercept=True, options=None):
+        self.alpha = alpha
+        self.penalty = penalty
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.tol = tol
+        self.kernel = kernel
+        self.sigma = sigma
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.fit_intercept = fit_intercept
+        self.options = options
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Fit the model.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
+
+        Returns
+        -------
+        self : object
+        """
+        X, y, _, _ = check_X_y(self, X, y)
+        self.kernel_ = self._build_kernel(X)
+        yc, self.intercept_ = self._center_targets(y, None)
+        op = KernelOperator(self.kernel_, X, options=self._options())
+        K = op.to_dense() if op.fits_in_memory(copies=3) else op
+        res = proximal_gradient(K, yc, float(self.alpha), penalty=self.penalty,
+                                learning_rate=self.learning_rate, max_iter=self.max_iter,
+                                tol=self.tol)
+        self.X_fit_ = X
+        self.dual_coef_ = res.alpha
+        nz = res.alpha != 0
+        if nz.ndim == 2:
+            nz = nz.any(dim=1)
+        self.support_ = torch.nonzero(nz).reshape(-1).cpu().numpy()
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        self.kkt_residual_ = float(res.kkt_residual)
+        return self
+
+    def predict(self, X):
+        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
+        """
+        return self._kernel_predict(X)

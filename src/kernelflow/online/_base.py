@@ -1,0 +1,258 @@
+"""Shared machinery of the online learners: the round protocol and the two APIs.
+
+Every learner implements four private methods on validated float64 NumPy data:
+
+- ``_reset(d)``: create the state for d features;
+- ``_begin(x) -> float``: see ``x_t`` and return ``ŷ_t`` (may update x-dependent state, e.g. AWV
+  puts ``x_t`` in its covariance before ``y_t`` is known);
+- ``_end(y)``: receive ``y_t`` and finish the round;
+- ``_predict_rows(X) -> ndarray``: pure predictions, as the next round's for each row.
+
+``_begin`` never sees ``y_t``: this is the strict protocol "see x_t, predict, then see y_t".
+Rows are validated before any state is touched, so a bad row raises and leaves the learner
+unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from numbers import Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils.validation import check_is_fitted
+
+from ..kernels import Gaussian, Kernel, make_kernel
+from ..utils._validation import check_X, check_X_y
+from ._updates import single_thread_blas
+
+__all__ = ["OnlineRegressorBase", "kernel_block"]
+
+
+def kernel_block(kernel: Kernel, A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Dense ``k(A, B)`` as a float64 NumPy array (n_a, n_b).
+
+    The Gaussian kernel is evaluated directly in NumPy (per-round blocks are tiny, so the
+    torch dispatch overhead would dominate); other kernels go through :class:`Kernel`.
+    """
+    if type(kernel) is Gaussian:
+        s2 = float(kernel.sigma) ** 2
+        if B.shape[0] == 1:
+            diff = A - B[0]
+            return np.exp(-0.5 / s2 * np.einsum("ij,ij->i", diff, diff))[:, None]
+        na = np.einsum("ij,ij->i", A, A)[:, None]
+        nb = np.einsum("ij,ij->i", B, B)[None, :]
+        D = np.maximum(na + nb - 2.0 * (A @ B.T), 0.0)
+        return np.exp(-0.5 / s2 * D)
+    out = kernel(torch.from_numpy(np.ascontiguousarray(A)), torch.from_numpy(
+        np.ascontiguousarray(B)))
+    return out.detach().cpu().numpy().astype(np.float64, copy=False)
+
+
+def kernel_diag(kernel: Kernel, x: np.ndarray) -> float:
+    """``k(x, x)`` for one row."""
+    if type(kernel) is Gaussian:
+        return 1.0
+    return float(kernel_block(kernel, x[None], x[None])[0, 0])
+
+
+class OnlineRegressorBase(RegressorMixin, BaseEstimator):
+    """Online regressor with scikit-learn (``partial_fit``) and river (``learn_one``) APIs.
+
+    ``fit(X, y)`` is one pass of the online protocol from a fresh state; ``partial_fit`` continues
+    it; ``progressive_predict`` returns the strict-protocol prediction of every round;
+    ``predict`` is pure (the prediction each row would get as the next round's input, with no
+    dictionary change). ``learn_one``/``predict_one`` take dict rows (river).
+    """
+
+    _supervised = True  # read by river's progressive validation
+    #: run rounds with a one-thread BLAS (small per-round products); False for O(t²) rounds
+    _single_thread_rounds = True
+
+    # ---- to implement -------------------------------------------------------------------------
+    def _reset(self, d: int) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _begin(self, x: np.ndarray) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _end(self, y: float) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _make_kernel(self) -> Kernel:
+        if isinstance(self.kernel, Kernel):
+            return make_kernel(self.kernel)
+        gamma = getattr(self, "gamma", None)
+        return make_kernel(self.kernel, sigma=None if gamma is not None else self.sigma,
+                           gamma=gamma, degree=getattr(self, "degree", 3),
+                           coef0=getattr(self, "coef0", 1.0))
+
+    def _start(self, X, y, reset: bool):
+        Xt, yt, _, kind = check_X_y(self, X, y, reset=reset, multi_output=False)
+        Xn = Xt.detach().cpu().numpy().astype(np.float64, copy=False)
+        yn = yt.detach().cpu().numpy().astype(np.float64, copy=False).reshape(-1)
+        if reset:
+            names = getattr(self, "feature_names_in_", None)
+            d = Xn.shape[1]
+            self.feature_keys_ = list(names) if names is not None else list(range(d))
+            self.n_rounds_ = 0
+            self._reset(d)
+        return Xn, yn, kind, Xt.dtype
+
+    def _run(self, X: np.ndarray, y: np.ndarray, preds: np.ndarray | None = None,
+             clock=None) -> None:
+        begin, end = self._begin, self._end
+        ctx = single_thread_blas() if self._single_thread_rounds else contextlib.nullcontext()
+        with ctx:
+            for t in range(X.shape[0]):
+                yhat = begin(X[t])
+                if preds is not None:
+                    preds[t] = yhat
+                end(float(y[t]))
+                if clock is not None:
+                    clock(t)
+        self.n_rounds_ += X.shape[0]
+
+    # ---- scikit-learn API ---------------------------------------------------------------------
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Run one pass of the online protocol over (X, y) from a fresh state.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like or tensor of shape (n_samples,)
+
+        Returns
+        -------
+        self : object
+        """
+        Xn, yn, _, _ = self._start(X, y, reset=True)
+        self._run(Xn, yn)
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y):
+        """Continue the online protocol with the rounds (X, y) (starts fresh if unfitted).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like or tensor of shape (n_samples,)
+
+        Returns
+        -------
+        self : object
+        """
+        Xn, yn, _, _ = self._start(X, y, reset=not hasattr(self, "n_rounds_"))
+        self._run(Xn, yn)
+        return self
+
+    def progressive_predict(self, X, y):
+        """Run the rounds (X, y) and return the prediction made at each round before its label.
+
+        ``ŷ_t`` depends on ``x_1..x_t`` and ``y_1..y_{t-1}`` only (strict protocol).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like or tensor of shape (n_samples,)
+
+        Returns
+        -------
+        y_pred : ndarray or tensor of shape (n_samples,)
+        """
+        if not hasattr(self, "n_rounds_"):
+            self._validate_params()
+        Xn, yn, kind, dtype = self._start(X, y, reset=not hasattr(self, "n_rounds_"))
+        preds = np.empty(Xn.shape[0])
+        self._run(Xn, yn, preds)
+        return torch.from_numpy(preds).to(dtype) if kind == "torch" else preds
+
+    def predict(self, X):
+        """Predictions for X as the next round's input (no state change).
+
+        For the AWV learners this is ``ŷ_KRR(x) / (1 + s²(x)/λ)``, the forecaster's answer if x
+        arrived now.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray or tensor of shape (n_samples,)
+        """
+        check_is_fitted(self, "n_rounds_")
+        Xt, kind = check_X(self, X, reset=False)
+        out = self._predict_rows(Xt.detach().cpu().numpy().astype(np.float64, copy=False))
+        return torch.from_numpy(out).to(Xt.dtype) if kind == "torch" else out
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.single_output = True
+        tags.target_tags.multi_output = False
+        tags.regressor_tags.poor_score = True  # one online pass with a fixed bandwidth
+        tags.non_deterministic = False
+        return tags
+
+    # ---- river API ----------------------------------------------------------------------------
+    def _row_from_dict(self, x, keys=None) -> np.ndarray:
+        if not isinstance(x, dict):
+            raise TypeError(f"x must be a dict of feature -> value, got {type(x).__name__}")
+        keys = self.feature_keys_ if keys is None else keys
+        missing = [k for k in keys if k not in x]
+        if missing:
+            raise ValueError(f"x is missing feature(s) {missing[:5]} (expected keys {keys[:10]})")
+        if len(x) != len(keys):
+            extra = [k for k in x if k not in set(keys)]
+            raise ValueError(f"x has unexpected feature(s) {extra[:5]}; expected {len(keys)} keys")
+        try:
+            row = np.array([float(x[k]) for k in keys], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"x has a non-numeric value: {exc}") from None
+        if not np.all(np.isfinite(row)):
+            bad = [k for k, v in zip(keys, row) if not math.isfinite(v)]
+            raise ValueError(f"x contains NaN or infinity in feature(s) {bad[:5]}")
+        return row
+
+    def learn_one(self, x: dict, y: float) -> None:
+        """Play one round: see the dict row ``x``, predict, then learn ``y`` (river API).
+
+        The first call fixes the feature keys and their order. Rows with missing or unexpected
+        keys, non-numeric, NaN or infinite values, or a non-finite y raise ``ValueError`` and leave
+        the learner unchanged.
+        """
+        if not isinstance(y, Real) or isinstance(y, bool) or not math.isfinite(float(y)):
+            raise ValueError(f"y must be a finite real number, got {y!r}")
+        if not hasattr(self, "n_rounds_"):
+            if not isinstance(x, dict) or not x:
+                raise ValueError("x must be a non-empty dict of feature -> value")
+            self._validate_params()
+            keys = list(x.keys())
+            row = self._row_from_dict(x, keys)
+            self.feature_keys_ = keys
+            self.n_features_in_ = len(keys)
+            if all(isinstance(k, str) for k in keys):
+                self.feature_names_in_ = np.asarray(keys, dtype=object)
+            self.n_rounds_ = 0
+            self._reset(len(keys))
+        else:
+            row = self._row_from_dict(x)
+        with single_thread_blas() if self._single_thread_rounds else contextlib.nullcontext():
+            self._begin(row)
+            self._end(float(y))
+        self.n_rounds_ += 1
+
+    def predict_one(self, x: dict) -> float:
+        """Prediction for the dict row ``x`` as the next round's input (0 before any round)."""
+        if not hasattr(self, "n_rounds_"):
+            return 0.0
+        row = self._row_from_dict(x)
+        return float(self._predict_rows(row[None, :])[0])
