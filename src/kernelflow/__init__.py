@@ -39,8 +39,11 @@ __all__ = [
 
 def __getattr__(name):
     # Estimators are importable from the top level without importing every solver at start-up.
-    from . import estimators
+    # importlib (not ``from . import``) so that looking up a submodule never re-enters here.
+    if not name.startswith("_"):
+        import importlib
 
-    if name in estimators.__all__:
-        return getattr(estimators, name)
+        estimators = importlib.import_module(f"{__name__}.estimators")
+        if name in estimators.__all__:
+            return getattr(estimators, name)
     raise AttributeError(f"module 'kernelflow' has no attribute {name!r}")
