@@ -1,0 +1,561 @@
+"""Plots for kernel regression: regularisation paths, 1-D fits, online losses, Nyström error.
+
+Every function returns a :class:`matplotlib.figure.Figure` built without ``pyplot``, so the
+functions work headless (no display, no global backend switch) and inside notebooks alike;
+write a figure with ``fig.savefig(path)`` or :func:`save_figure`. matplotlib is an optional
+dependency and is imported only when a function is called.
+
+Examples
+--------
+>>> import numpy as np
+>>> from kernelflow.plotting import plot_regularization_path
+>>> t = np.linspace(0.1, 10, 20)
+>>> fig = plot_regularization_path(t, np.exp(-t)[:, None] * [1.0, -0.5], xlabel="t")
+>>> len(fig.axes[0].lines)
+2
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "plot_regularization_path",
+    "plot_estimator_path",
+    "plot_fit_1d",
+    "plot_predictions",
+    "plot_online_losses",
+    "nystrom_approximation_error",
+    "nystrom_error_curve",
+    "plot_nystrom_error",
+    "plot_comparison",
+    "save_figure",
+]
+
+
+def _figure(ax=None, figsize=(6.4, 4.2)):
+    if ax is not None:
+        return ax.figure, ax
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ImportError(
+            "plotting needs matplotlib: pip install 'kernelflow[plot]' (or matplotlib)"
+        ) from exc
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.add_subplot()
+
+
+def _np(a) -> np.ndarray:
+    if hasattr(a, "detach"):
+        a = a.detach().cpu().numpy()
+    return np.asarray(a, dtype=float)
+
+
+def save_figure(fig, path, *, dpi: int = 120) -> Path:
+    """Write ``fig`` to ``path`` (format from the suffix, e.g. ``.png``, ``.pdf``, ``.svg``).
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> fig = plot_online_losses({"a": [1.0, 0.5, 0.2]})
+    >>> p = save_figure(fig, os.path.join(tempfile.mkdtemp(), "f.png"))
+    >>> p.stat().st_size > 0
+    True
+    """
+    path = Path(path)
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    return path
+
+
+def plot_regularization_path(
+    path,
+    values,
+    *,
+    labels: Sequence[str] | None = None,
+    xlabel: str = "stopping time t",
+    ylabel: str = "coefficient",
+    log_x: bool | None = None,
+    best: float | None = None,
+    max_lines: int = 60,
+    title: str | None = None,
+    ax=None,
+):
+    """Plot coefficients or validation errors along a regularisation path.
+
+    For early-stopped methods the path is the training time t = k * eta; for penalised
+    methods it is the penalty lambda (t ~ 1/lambda, Allerbo Eq. 10-11).
+
+    Parameters
+    ----------
+    path : array-like of shape (T,)
+        Stopping times or penalties.
+    values : array-like of shape (T,) or (T, k)
+        One curve per column (dual coefficients, validation errors per fold, ...).
+    labels : sequence of str, optional
+        Legend labels, one per column (no legend when None).
+    xlabel, ylabel : str
+        Axis labels.
+    log_x : bool, optional
+        Logarithmic x-axis; default: when the path spans two decades or more.
+    best : float, optional
+        Mark the selected stopping time or penalty with a vertical line.
+    max_lines : int, default=60
+        Plot at most this many columns (evenly chosen) so large paths stay readable.
+    title : str, optional
+        Axes title.
+    ax : matplotlib Axes, optional
+        Draw into this axes instead of a new figure.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fig = plot_regularization_path([1e-3, 1e-2, 1e-1], [0.5, 0.3, 0.4], xlabel="lambda",
+    ...                                ylabel="validation MSE", best=1e-2)
+    >>> fig.axes[0].get_xscale()
+    'log'
+    """
+    x = _np(path).ravel()
+    Y = _np(values)
+    Y = Y[:, None] if Y.ndim == 1 else Y
+    if Y.shape[0] != x.shape[0]:
+        raise ValueError(f"values has {Y.shape[0]} rows but path has {x.shape[0]} points.")
+    cols = np.arange(Y.shape[1])
+    if len(cols) > max_lines:
+        cols = np.unique(np.linspace(0, Y.shape[1] - 1, max_lines).round().astype(int))
+    fig, ax = _figure(ax)
+    for j in cols:
+        label = labels[j] if labels is not None else None
+        ax.plot(x, Y[:, j], lw=1.2 if len(cols) > 1 else 1.8, label=label)
+    if best is not None:
+        ax.axvline(float(best), color="k", ls="--", lw=1, label="selected")
+    positive = x[x > 0]
+    if log_x is None:
+        log_x = positive.size == x.size and positive.max() / positive.min() >= 100
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if labels is not None or best is not None:
+        ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def _grid_curves(x, E, sigmas, *, xlabel, best, ax):
+    E = _np(E).reshape(-1, len(_np(x)))
+    labels = None
+    if sigmas is not None and len(_np(sigmas)) == E.shape[0] and E.shape[0] > 1:
+        labels = [f"sigma = {s:.3g}" for s in _np(sigmas)]
+    return plot_regularization_path(x, E.T, labels=labels, xlabel=xlabel,
+                                    ylabel="cross-validated MSE", best=best, ax=ax)
+
+
+def plot_estimator_path(estimator, *, ax=None):
+    """Plot the validation or cross-validation curve a fitted estimator recorded.
+
+    Recognised fitted attributes, tried in order:
+
+    * ``validation_losses_`` with ``learning_rate_`` (early-stopped paths): validation MSE
+      against the training time t = k eta, the chosen ``t_`` marked;
+    * ``cv_results_`` with ``"alphas"``/``"mean_error"`` or ``cv_mse_`` with ``alphas_``
+      (penalty grids): cross-validated error against the penalty, one line per bandwidth;
+    * ``cv_mse_`` with ``sigmas_`` (path CV): cross-validated error against the bandwidth;
+    * ``validation_scores_`` (iterative solvers): validation error per iteration;
+    * ``loss_curve_``: training loss per epoch.
+
+    Raises ``ValueError`` when the estimator recorded none of them.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> class Fitted:
+    ...     validation_losses_ = np.array([1.0, 0.5, 0.4, 0.45])
+    ...     learning_rate_ = 0.1
+    ...     t_ = 0.2
+    >>> plot_estimator_path(Fitted()).axes[0].get_xlabel()
+    'stopping time t'
+    """
+    e = estimator
+    losses = getattr(e, "validation_losses_", None)
+    if losses is not None and getattr(e, "learning_rate_", None) is not None:
+        v = _np(losses)
+        t = np.arange(v.shape[0]) * float(e.learning_rate_)
+        return plot_regularization_path(t, v, xlabel="stopping time t", ylabel="validation MSE",
+                                        best=getattr(e, "t_", None), log_x=False, ax=ax)
+    res = getattr(e, "cv_results_", None)
+    if isinstance(res, dict) and "alphas" in res and "mean_error" in res:
+        return _grid_curves(res["alphas"], res["mean_error"], res.get("sigmas"),
+                            xlabel="penalty lambda", best=getattr(e, "alpha_", None), ax=ax)
+    cv = getattr(e, "cv_mse_", None)
+    if cv is not None and getattr(e, "alphas_", None) is not None:
+        return _grid_curves(e.alphas_, cv, getattr(e, "sigmas_", None), xlabel="penalty lambda",
+                            best=getattr(e, "alpha_", None), ax=ax)
+    if cv is not None and getattr(e, "sigmas_", None) is not None:
+        return plot_regularization_path(e.sigmas_, cv, xlabel="bandwidth sigma",
+                                        ylabel="cross-validated MSE",
+                                        best=getattr(e, "sigma_", None), ax=ax)
+    scores = getattr(e, "validation_scores_", None)
+    if scores is not None and len(scores):
+        it = np.arange(1, len(scores) + 1)
+        best = getattr(e, "best_iteration_", None)
+        return plot_regularization_path(it, scores, xlabel="iteration",
+                                        ylabel="validation MSE", best=best, log_x=False, ax=ax)
+    curve = getattr(e, "loss_curve_", None)
+    if curve is not None and len(curve):
+        return plot_regularization_path(np.arange(1, len(curve) + 1), curve, xlabel="epoch",
+                                        ylabel="training loss", log_x=False, ax=ax)
+    raise ValueError(f"{type(e).__name__} has no recorded path to plot.")
+
+
+def _predict(model, X):
+    out = model(X) if callable(model) and not hasattr(model, "predict") else model.predict(X)
+    return _np(out).reshape(len(X), -1)[:, 0]
+
+
+def plot_fit_1d(
+    X,
+    y,
+    models,
+    *,
+    outliers=None,
+    X_test=None,
+    y_test=None,
+    n_grid: int = 400,
+    xlabel: str = "x",
+    ylabel: str = "y",
+    title: str | None = None,
+    ax=None,
+):
+    """Plot fitted functions of one-dimensional inputs against the data.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, 1)
+        Training inputs (one feature).
+    y : array-like of shape (n,)
+        Training targets.
+    models : estimator, callable or mapping of name -> estimator/callable
+        Fitted models; each is evaluated on an even grid over the data range.
+    outliers : array-like of bool of shape (n,), optional
+        Training points to highlight as outliers.
+    X_test, y_test : array-like, optional
+        Held-out points, drawn as hollow circles.
+    n_grid : int, default=400
+        Number of grid points.
+    xlabel, ylabel, title : str
+        Labels.
+    ax : matplotlib Axes, optional
+        Draw into this axes.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.kernel_ridge import KernelRidge
+    >>> X = np.linspace(0, 1, 30)[:, None]
+    >>> y = np.sin(6 * X[:, 0])
+    >>> fig = plot_fit_1d(X, y, {"KRR": KernelRidge(alpha=0.1, kernel="rbf").fit(X, y)})
+    >>> len(fig.axes[0].lines)
+    1
+    """
+    Xn = _np(X)
+    if Xn.ndim == 1:
+        Xn = Xn[:, None]
+    if Xn.ndim != 2 or Xn.shape[1] != 1:
+        raise ValueError(f"plot_fit_1d needs one input feature, got X of shape {Xn.shape}.")
+    yn = _np(y).ravel()
+    if not isinstance(models, Mapping):
+        models = {type(models).__name__: models}
+    fig, ax = _figure(ax)
+    mask = np.zeros(len(yn), bool) if outliers is None else np.asarray(outliers, bool)
+    ax.scatter(Xn[~mask, 0], yn[~mask], s=10, c="0.45", alpha=0.7, label="training data")
+    if mask.any():
+        ax.scatter(Xn[mask, 0], yn[mask], s=22, c="tab:red", marker="x", label="outliers")
+    if X_test is not None and y_test is not None:
+        ax.scatter(_np(X_test).ravel(), _np(y_test).ravel(), s=14, facecolors="none",
+                   edgecolors="tab:blue", alpha=0.6, label="test data")
+    lo, hi = float(Xn.min()), float(Xn.max())
+    grid = np.linspace(lo, hi, n_grid)[:, None]
+    for name, model in models.items():
+        ax.plot(grid[:, 0], _predict(model, grid), lw=2, label=str(name))
+    # outliers can be huge: keep the clean data in view
+    clean = yn[~mask] if (~mask).any() else yn
+    span = float(np.ptp(clean)) or 1.0
+    ax.set_ylim(float(clean.min()) - 0.25 * span, float(clean.max()) + 0.25 * span)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def plot_predictions(y_true, predictions: Mapping, *, title: str | None = None, ax=None):
+    """Scatter predicted against true values for several models (any input dimension).
+
+    Examples
+    --------
+    >>> fig = plot_predictions([0.0, 1.0, 2.0], {"m": [0.1, 0.9, 2.2]})
+    >>> fig.axes[0].get_xlabel()
+    'true value'
+    """
+    yt = _np(y_true).ravel()
+    fig, ax = _figure(ax, figsize=(5.2, 5.0))
+    for name, pred in predictions.items():
+        ax.scatter(yt, _np(pred).ravel(), s=9, alpha=0.6, label=str(name))
+    lo, hi = float(yt.min()), float(yt.max())
+    ax.plot([lo, hi], [lo, hi], color="k", lw=1, ls="--")
+    ax.set_xlabel("true value")
+    ax.set_ylabel("prediction")
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def plot_online_losses(
+    losses: Mapping,
+    *,
+    cumulative: str | None = "average",
+    x: str = "round",
+    log_x: bool = False,
+    ylabel: str | None = None,
+    title: str | None = None,
+    ax=None,
+):
+    """Plot per-round losses of online learners (one curve per learner).
+
+    Parameters
+    ----------
+    losses : mapping of name -> array-like of shape (T,) or progressive-validation result
+        Instantaneous losses l_t(f_t(x_t), y_t) in round order, or objects with a ``losses``
+        attribute (and ``elapsed`` for ``x="time"``), such as the result of
+        ``kernelflow.online.progressive_validation``.
+    cumulative : {"average", "sum", None}, default="average"
+        Plot the running average (1/t) sum_{s<=t} l_s, the cumulative sum (whose gap to a
+        comparator is the regret), or the raw losses.
+    x : {"round", "time"}, default="round"
+        Horizontal axis: the round t, or the elapsed seconds (``elapsed`` attribute).
+    log_x : bool, default=False
+        Logarithmic horizontal axis.
+    ylabel, title : str, optional
+        Labels.
+    ax : matplotlib Axes, optional
+        Draw into this axes.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
+
+    Examples
+    --------
+    >>> fig = plot_online_losses({"fogd": [1.0, 0.5, 0.25], "kawv": [0.5, 0.2, 0.1]})
+    >>> [line.get_label() for line in fig.axes[0].lines]
+    ['fogd', 'kawv']
+    """
+    if cumulative not in ("average", "sum", None):
+        raise ValueError(f"cumulative must be 'average', 'sum' or None, got {cumulative!r}.")
+    if x not in ("round", "time"):
+        raise ValueError(f"x must be 'round' or 'time', got {x!r}.")
+    fig, ax = _figure(ax)
+    for name, values in losses.items():
+        v = _np(getattr(values, "losses", values)).ravel()
+        t = np.arange(1, v.size + 1)
+        if cumulative == "average":
+            v = np.cumsum(v) / t
+        elif cumulative == "sum":
+            v = np.cumsum(v)
+        if x == "time":
+            if getattr(values, "elapsed", None) is None:
+                raise ValueError(f"x='time' needs results with an 'elapsed' attribute ({name}).")
+            t = _np(values.elapsed).ravel()
+        ax.plot(t, v, lw=1.6, label=str(name))
+    if log_x:
+        ax.set_xscale("log")
+    default = {"average": "average loss", "sum": "cumulative loss", None: "loss"}[cumulative]
+    ax.set_xlabel("round t" if x == "round" else "elapsed time (s)")
+    ax.set_ylabel(ylabel or default)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def nystrom_approximation_error(X, kernel, centers, *, norm: str = "trace",
+                                relative: bool = True) -> float:
+    """Error of the Nyström approximation K ~ K_nm K_mm^+ K_mn.
+
+    The residual E = K - K_nm K_mm^+ K_mn is positive semi-definite. ``norm="trace"`` returns
+    tr(E) = sum_i k(x_i, x_i) - ||S^{-1/2} U^T K_mn||_F^2 (K_mm = U S U^T, tiny eigenvalues
+    dropped), cost O(n m d + n m^2 + m^3) without forming an n x n matrix; ``"frobenius"``
+    and ``"spectral"`` form E densely (O(n^2 m), small n only). With ``relative=True`` the
+    error is divided by the same norm of K.
+
+    Parameters
+    ----------
+    X : array-like or tensor of shape (n, d)
+        Points on which the kernel matrix is approximated.
+    kernel : str or kernelflow.kernels.Kernel
+        Kernel (a name uses the median-heuristic bandwidth of ``X``).
+    centers : array-like or tensor of shape (m, d)
+        Nyström centres.
+    norm : {"trace", "frobenius", "spectral"}, default="trace"
+    relative : bool, default=True
+
+    Returns
+    -------
+    error : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelflow.kernels import Gaussian
+    >>> X = np.random.RandomState(0).rand(50, 2)
+    >>> e10 = nystrom_approximation_error(X, Gaussian(0.5), X[:10])
+    >>> e30 = nystrom_approximation_error(X, Gaussian(0.5), X[:30])
+    >>> bool(e30 < e10), round(nystrom_approximation_error(X, Gaussian(0.5), X), 6)
+    (True, 0.0)
+    """
+    import torch
+
+    from kernelflow.kernels import make_kernel
+
+    Xt = torch.as_tensor(np.asarray(X) if not hasattr(X, "detach") else X, dtype=torch.float64)
+    C = torch.as_tensor(np.asarray(centers) if not hasattr(centers, "detach") else centers,
+                        dtype=torch.float64)
+    k = make_kernel(kernel, X=Xt)
+    K_mm = k(C, C)
+    K_mn = k(C, Xt)
+    s, U = torch.linalg.eigh(K_mm)
+    keep = s > s.max() * 1e-12 * max(1, C.shape[0])
+    B = (U[:, keep].T @ K_mn) / s[keep].sqrt()[:, None]  # rows span the approximation
+    if norm == "trace":
+        diag = k.diag(Xt)
+        err = float((diag.sum() - (B * B).sum()).clamp(min=0.0))
+        ref = float(diag.sum())
+    elif norm in ("frobenius", "spectral"):
+        K = k(Xt, Xt)
+        E = K - B.T @ B
+        if norm == "frobenius":
+            err, ref = float(torch.linalg.norm(E)), float(torch.linalg.norm(K))
+        else:
+            err = float(torch.linalg.eigvalsh(E).abs().max())
+            ref = float(torch.linalg.eigvalsh(K).max())
+    else:
+        raise ValueError(f"norm must be 'trace', 'frobenius' or 'spectral', got {norm!r}.")
+    return err / ref if relative and ref > 0 else err
+
+
+def nystrom_error_curve(X, kernel, n_centers: Sequence[int], *, selectors=("uniform",),
+                        norm: str = "trace", random_state=0) -> dict[str, np.ndarray]:
+    """Nyström error against the number of centres for several centre selectors.
+
+    Each selector is a name or object accepted by ``kernelflow.landmarks.resolve_centers``
+    (or a callable ``f(X, m, random_state) -> centres``).
+
+    Returns
+    -------
+    errors : dict of name -> ndarray of shape (len(n_centers),)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.RandomState(0).rand(60, 2)
+    >>> curve = nystrom_error_curve(X, "rbf", [5, 20],
+    ...                             selectors={"first rows": lambda X, m, rs: X[:m]})
+    >>> bool(curve["first rows"][1] < curve["first rows"][0])
+    True
+    """
+    import torch
+
+    from kernelflow.kernels import make_kernel
+
+    Xt = torch.as_tensor(np.asarray(X) if not hasattr(X, "detach") else X, dtype=torch.float64)
+    k = make_kernel(kernel, X=Xt)
+    if not isinstance(selectors, Mapping):
+        selectors = {getattr(s, "__name__", str(s)) if not isinstance(s, str) else s: s
+                     for s in selectors}
+    out = {}
+    for name, sel in selectors.items():
+        errs = []
+        for m in n_centers:
+            if callable(sel) and not hasattr(sel, "select"):
+                C = sel(Xt, int(m), random_state)
+            else:
+                from kernelflow.landmarks import resolve_centers
+
+                C = resolve_centers(sel, Xt, k, int(m), random_state)
+                C = getattr(C, "centers", C)
+            errs.append(nystrom_approximation_error(Xt, k, C, norm=norm))
+        out[str(name)] = np.asarray(errs)
+    return out
+
+
+def plot_nystrom_error(n_centers, errors: Mapping, *, ylabel: str = "relative trace error",
+                       log_y: bool = True, title: str | None = None, ax=None):
+    """Plot Nyström approximation error against the number of centres m.
+
+    Examples
+    --------
+    >>> fig = plot_nystrom_error([10, 20, 40], {"uniform": [0.3, 0.1, 0.02]})
+    >>> fig.axes[0].get_yscale()
+    'log'
+    """
+    m = _np(n_centers).ravel()
+    fig, ax = _figure(ax)
+    for name, e in errors.items():
+        ev = _np(e).ravel()
+        if ev.size != m.size:
+            raise ValueError(f"errors[{name!r}] has {ev.size} values for {m.size} centre counts.")
+        ax.plot(m, np.maximum(ev, np.finfo(float).tiny) if log_y else ev, marker="o", lw=1.6,
+                label=str(name))
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("number of centres m")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig
+
+
+def plot_comparison(names: Sequence[str], scores, times=None, *, score_label: str = "score",
+                    title: str | None = None, ax=None):
+    """Bar chart of one score per model, annotated with fit times in seconds.
+
+    Examples
+    --------
+    >>> fig = plot_comparison(["a", "b"], [0.8, 0.6], [0.01, 2.5])
+    >>> len(fig.axes[0].patches)
+    2
+    """
+    s = _np(scores).ravel()
+    fig, ax = _figure(ax, figsize=(max(4.0, 1.1 * len(names) + 2), 4.0))
+    pos = np.arange(len(names))
+    ax.bar(pos, s, color="tab:blue", alpha=0.8)
+    multiline = any("\n" in str(n) for n in names)
+    ax.set_xticks(pos, [str(n) for n in names], rotation=0 if multiline else 20,
+                  ha="center" if multiline else "right", fontsize="small" if multiline else None)
+    ax.set_ylabel(score_label)
+    if times is not None:
+        for p, v, t in zip(pos, s, _np(times).ravel(), strict=True):
+            if math.isfinite(v):
+                ax.annotate(f"{t:.2g} s", (p, v), ha="center", va="bottom", fontsize="small")
+    if title:
+        ax.set_title(title)
+    return fig
