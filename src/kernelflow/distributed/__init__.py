@@ -1,5 +1,69 @@
-"""Data-parallel execution on torch.distributed."""
+"""Data-parallel execution on torch.distributed.
+
+Each process holds a shard of the rows (:mod:`.sharding`); the solvers all-reduce every sum over
+rows (:mod:`._comm`), so :func:`distributed_fit` gives every process the model of a
+single-process fit on all rows. :mod:`.launch` starts and supervises process groups (``torchrun``
+or :func:`spawn`) with bounded timeouts; :mod:`.cv` spreads cross-validation grids over processes.
+Command line: ``torchrun --standalone --nproc_per_node=N -m kernelflow.distributed fit ...`` (see
+``docs/distributed.md``).
+"""
 
 from ._comm import all_reduce_sum, broadcast, is_distributed, rank, world_size
+from .launch import (
+    DistributedError,
+    barrier,
+    configure_logging,
+    destroy_process_group,
+    init_process_group,
+    save_model_rank0,
+    spawn,
+)
+from .sharding import (
+    ShardSource,
+    check_consistent,
+    shard_arrays,
+    shard_npy,
+    shard_parquet,
+    shard_range,
+)
 
-__all__ = ["all_reduce_sum", "broadcast", "is_distributed", "rank", "world_size"]
+__all__ = [
+    "all_reduce_sum",
+    "broadcast",
+    "is_distributed",
+    "rank",
+    "world_size",
+    "DistributedError",
+    "init_process_group",
+    "destroy_process_group",
+    "barrier",
+    "spawn",
+    "configure_logging",
+    "save_model_rank0",
+    "ShardSource",
+    "shard_range",
+    "shard_arrays",
+    "shard_npy",
+    "shard_parquet",
+    "check_consistent",
+    "as_shard",
+    "distributed_fit",
+    "distributed_path_cv",
+    "distributed_krr_grid_cv",
+    "distributed_penalized_grid_cv",
+    "my_share",
+]
+
+# fit and cv import the estimators and solvers, which import ._comm from this package: load them
+# on first use so that importing a solver never starts an import cycle
+_LAZY = {"as_shard": "fit", "distributed_fit": "fit", "distributed_path_cv": "cv",
+         "distributed_krr_grid_cv": "cv", "distributed_penalized_grid_cv": "cv",
+         "my_share": "cv"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

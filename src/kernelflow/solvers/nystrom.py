@@ -1,0 +1,532 @@
+"""Nyström kernel ridge regression by preconditioned conjugate gradients (Falkon-class).
+
+With M centres C, the Nyström estimator f(x) = K(x, C) a solves the normal equations
+
+    H a = b,   H = K_nM^T D K_nM + alpha K_MM,   b = K_nM^T D y,                          (1)
+
+with D = diag(sample weights) (identity by default) and ``alpha`` on scikit-learn's scale: with
+all training points as centres, (1) reduces to exact kernel ridge regression (K + alpha I) a = y.
+
+Following Falkon (Rudi, Carratino, Rosasco 2017, eq. 6-9; Meanti et al. 2020), (1) is divided by
+the total weight W and solved by conjugate gradients on the split-preconditioned system
+B^T (H / W) B beta = B^T b / W, a = B beta, with B = T^{-1} A^{-1},
+
+    K_MM = T^T T,   T T^T / M + lam I = A^T A,   lam = alpha / W,                          (2)
+
+so that B B^T = (K_MM^2 / M + lam K_MM)^{-1}: exact when K_nM^T D K_nM / W equals K_MM^2 / M
+(uniform centres in expectation; all training points as centres exactly), hence a handful of
+iterations. Here T = L^T and A = R^T with L, R the lower Cholesky factors of the two matrices.
+
+Precision: kernel blocks may be float32 (``dtype``) while K_MM, both factors, the CG vectors and
+all sums over rows are float64, which removes the accuracy stall that float32 sums cause. The
+float32 kernel values themselves still limit accuracy when K_MM is ill-conditioned (nearly
+collinear features, tiny alpha): use float64 there.
+
+Streaming: the training rows are read only through a :class:`kernelflow.sources.DataSource`, one
+row block at a time; each block's K(X_b, C) is a :class:`kernelflow.operators.KernelOperator`
+whose tiles respect the memory budget, so K_nM never exists unless it takes at most half of the
+budget (then it is computed once and stored, as Falkon does). Every sum over rows goes through
+:func:`kernelflow.distributed._comm.all_reduce_sum`, so a process holding a shard of the rows runs
+the same code data-parallel. Cost per iteration O(n M (d + 2t)); setup O(M^3 + n t).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..distributed._comm import all_reduce_sum
+from ..kernels import Kernel
+from ..linalg import cholesky, conjugate_gradient
+from ..operators import KernelOperator, Options, memory_budget
+from ..sources import DataSource
+from ..utils._progress import progress
+
+__all__ = [
+    "NystromPreconditioner",
+    "NystromSolution",
+    "nystrom_preconditioner",
+    "nystrom_kernel_cache",
+    "source_moments",
+    "nystrom_rhs",
+    "nystrom_normal_matvec",
+    "nystrom_predict",
+    "nystrom_validation_mse",
+    "nystrom_direct",
+    "nystrom_krr",
+    "block_rows",
+]
+
+logger = logging.getLogger(__name__)
+
+_F64 = torch.float64
+
+
+def block_rows(n_features: int, n_centers: int, dtype: torch.dtype,
+               options: Options | None = None, block_size: int | None = None) -> int:
+    """Rows per source block: ``block_size`` if given, else at most 65536 within 1/16 of budget."""
+    if block_size is not None:
+        return int(block_size)
+    item = torch.empty((), dtype=dtype).element_size()
+    per_row = item * (n_features + 4)
+    return int(max(256, min(65536, memory_budget(options) // (16 * per_row))))
+
+
+# ---- preconditioner ----------------------------------------------------------------------------
+@dataclass
+class NystromPreconditioner:
+    """Falkon's preconditioner B = T^{-1} A^{-1} from the lower factors L = T^T and R = A^T (eq. 2).
+
+    Attributes
+    ----------
+    L : tensor (M, M), float64
+        Lower Cholesky factor of K_MM (+ ``jitter`` I).
+    R : tensor (M, M), float64
+        Lower Cholesky factor of L^T L / M + lam I.
+    lam : float
+        alpha / W.
+    jitter : float
+        Diagonal added to K_MM to factorise it (0 when none was needed).
+    """
+
+    L: torch.Tensor
+    R: torch.Tensor
+    lam: float
+    jitter: float = 0.0
+
+    def apply(self, beta: torch.Tensor) -> torch.Tensor:  # (M, t) -> (M, t): B beta
+        v = torch.linalg.solve_triangular(self.R.T, beta, upper=True)
+        return torch.linalg.solve_triangular(self.L.T, v, upper=True)
+
+    def apply_t(self, u: torch.Tensor) -> torch.Tensor:  # (M, t) -> (M, t): B^T u
+        v = torch.linalg.solve_triangular(self.L, u, upper=False)
+        return torch.linalg.solve_triangular(self.R, v, upper=False)
+
+    def inverse(self, a: torch.Tensor) -> torch.Tensor:  # (M, t) -> (M, t): B^{-1} a = A T a
+        return self.R.T @ (self.L.T @ a)
+
+    def system(self, beta: torch.Tensor, gram_v: torch.Tensor) -> torch.Tensor:
+        """B^T (H / W) B beta from gram_v = K_nM^T D K_nM (B beta) / W (one streamed product)."""
+        v = torch.linalg.solve_triangular(self.L, gram_v, upper=False)
+        v = v + self.lam * torch.linalg.solve_triangular(self.R.T, beta, upper=True)
+        return torch.linalg.solve_triangular(self.R, v, upper=False)
+
+
+def _factor(build) -> tuple[torch.Tensor, float]:
+    """Lower Cholesky factor of ``build()``, in place (one M x M buffer); jitter if needed."""
+    A = build()
+    info = torch.empty((), dtype=torch.int32)
+    torch.linalg.cholesky_ex(A, out=(A, info))
+    if int(info) == 0:
+        return A.tril_(), 0.0
+    del A
+    return cholesky(build(), warn=False)
+
+
+def nystrom_preconditioner(kernel: Kernel, centers: torch.Tensor, lam: float, *,
+                           options: Options | None = None) -> NystromPreconditioner:
+    """Build the preconditioner (2) in float64. Cost O(M^2 d + M^3), memory 3 M^2 floats.
+
+    Deterministic in (kernel, centres, lam), so every process of a data-parallel run builds the
+    same one.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.kernels import Gaussian
+    >>> C = torch.linspace(0, 1, 5, dtype=torch.float64).reshape(-1, 1)
+    >>> P = nystrom_preconditioner(Gaussian(0.5), C, 1e-3)
+    >>> K = Gaussian(0.5)(C)
+    >>> Pinv = K @ K / 5 + 1e-3 * K              # B B^T = Pinv^{-1}
+    >>> B = P.apply(torch.eye(5, dtype=torch.float64))
+    >>> round(float((B @ B.T @ Pinv - torch.eye(5, dtype=torch.float64)).abs().max()), 6)
+    0.0
+    """
+    if lam <= 0:
+        raise ValueError(f"the preconditioner needs lam > 0, got {lam}.")
+    C = centers.to(_F64)
+    M = C.shape[0]
+    # K(C, C) as a general block: one M x M buffer (the symmetrised form needs three), and the
+    # Cholesky factorisation reads only its lower triangle.
+    L, jitter = _factor(lambda: KernelOperator(kernel, C, C, options=options).to_dense())
+    if jitter:  # expected for smooth kernels and many centres; only B changes, not (1)
+        logger.debug("K_MM needed jitter %.3g", jitter)
+
+    def shifted():
+        S = L.T @ L
+        S /= M
+        S.diagonal().add_(lam)
+        return S
+
+    R, _ = _factor(shifted)
+    return NystromPreconditioner(L=L, R=R, lam=float(lam), jitter=float(jitter))
+
+
+# ---- streamed passes over the data (the only code that touches the rows) ----------------------
+def source_moments(source: DataSource, *, block_size: int | None = None
+                   ) -> tuple[float, torch.Tensor, int]:
+    """Total weight W, weighted target sum sum_i w_i y_i (t,) and row count, all-reduced."""
+    stats = torch.zeros(source.n_outputs + 2, dtype=_F64)
+    for b in source.iter_blocks(block_size or 65536, dtype=_F64):
+        w = b.sample_weight
+        stats[0] += b.X.shape[0] if w is None else w.sum()
+        if b.y is not None:
+            stats[1:-1] += b.y.sum(0) if w is None else w @ b.y
+        stats[-1] += b.X.shape[0]
+    stats = all_reduce_sum(stats)
+    return float(stats[0]), stats[1:-1], int(stats[-1])
+
+
+def _blocks(source, dtype, options, rows):
+    device = None if options is None else options.device
+    return source.iter_blocks(rows, dtype=dtype, device=device)
+
+
+def _mm64(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """A @ V as one matrix-vector product in A's dtype, returned in float64."""
+    return (A @ V.to(A.dtype)).to(_F64)
+
+
+class _DenseBlock:
+    """A stored block K(X_b, C) with the products of :class:`KernelOperator` (float64 sums).
+
+    Sums over rows run in chunks of ``_CHUNK`` rows added in float64: a float32 sum over a whole
+    block (tens of thousands of rows) loses the digits that a small ridge penalty needs (it
+    stalled CG at twice the float64 test error with 2000 centres and lambda = 1e-6).
+    """
+
+    _CHUNK = 1024
+
+    def __init__(self, K: torch.Tensor):
+        self.K = K
+
+    def matmul(self, V):
+        return _mm64(self.K, V)
+
+    def t_matmul(self, V):
+        out = torch.zeros(self.K.shape[1], V.shape[1], dtype=_F64)
+        for s in range(0, self.K.shape[0], self._CHUNK):
+            out += _mm64(self.K[s:s + self._CHUNK].T, V[s:s + self._CHUNK])
+        return out
+
+    def kt_k_matmul(self, V, row_weights=None):
+        U = _mm64(self.K, V)
+        if row_weights is not None:
+            U *= row_weights.to(_F64).reshape(-1, 1)
+        return self.t_matmul(U)
+
+
+def nystrom_kernel_cache(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
+                         dtype: torch.dtype = _F64, options: Options | None = None,
+                         block_size: int | None = None, fraction: float = 0.5):
+    """K(X_b, C) for every block, stored, if n M entries fit in ``fraction`` of the budget.
+
+    Returns a list of ``(block operator, Block)`` pairs accepted by the streamed passes (their
+    ``cache`` argument), or None when it does not fit (then every pass recomputes the tiles).
+    Storing turns each CG iteration from n M kernel evaluations into two memory-bound products,
+    as Falkon does when K_nM fits. Cost O(n M d) once, memory n M entries.
+    """
+    C = centers.to(dtype)
+    item = torch.empty((), dtype=dtype).element_size()
+    if source.n_samples * C.shape[0] * item > fraction * memory_budget(options):
+        return None
+    rows = block_rows(source.n_features, C.shape[0], dtype, options, block_size)
+    return [(_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
+            for b in _blocks(source, dtype, options, rows)]
+
+
+def _kernel_blocks(source, kernel, C, dtype, options, block_size, cache):
+    if cache is not None:
+        yield from cache
+        return
+    rows = block_rows(source.n_features, C.shape[0], dtype, options, block_size)
+    for b in _blocks(source, dtype, options, rows):
+        yield KernelOperator(kernel, b.X, C, options=options), b
+
+
+def nystrom_rhs(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
+                y_offset: torch.Tensor | None = None, dtype: torch.dtype = _F64,
+                options: Options | None = None, block_size: int | None = None,
+                cache=None) -> torch.Tensor:
+    """b = K_nM^T D (y - y_offset), shape (M, t), float64, all-reduced. Cost O(n M (d + t))."""
+    C = centers.to(dtype)
+    out = torch.zeros(C.shape[0], source.n_outputs, dtype=_F64)
+    for op, b in _kernel_blocks(source, kernel, C, dtype, options, block_size, cache):
+        y = b.y.to(_F64)
+        if y_offset is not None:
+            y = y - y_offset
+        if b.sample_weight is not None:
+            y = y * b.sample_weight.to(_F64).reshape(-1, 1)
+        out += op.t_matmul(y).to(_F64)
+    return all_reduce_sum(out)
+
+
+def nystrom_normal_matvec(source: DataSource, kernel: Kernel, centers: torch.Tensor,
+                          V: torch.Tensor, *, dtype: torch.dtype = _F64,
+                          options: Options | None = None,
+                          block_size: int | None = None, cache=None) -> torch.Tensor:
+    """K_nM^T D K_nM V summed over the source's row blocks and all-reduced.
+
+    The per-iteration product of (1). ``V`` (M, t) float64; returns (M, t) float64. Each block's
+    kernel tiles are computed once and used for both products, in ``dtype`` with float64
+    accumulation. ``cache`` (from :func:`nystrom_kernel_cache`) reuses stored blocks instead.
+    Cost O(n M (d + 2t)), memory one block plus the operator's tiles.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.kernels import Gaussian
+    >>> from kernelflow.sources import ArraySource
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X = torch.randn(50, 2, dtype=torch.float64, generator=g)
+    >>> C, V = X[:7], torch.ones(7, 1, dtype=torch.float64)
+    >>> out = nystrom_normal_matvec(ArraySource(X), Gaussian(1.0), C, V, block_size=16)
+    >>> K = Gaussian(1.0)(X, C)
+    >>> bool(torch.allclose(out, K.T @ (K @ V)))
+    True
+    """
+    C = centers.to(dtype)
+    out = torch.zeros(C.shape[0], V.shape[1], dtype=_F64)
+    for op, b in _kernel_blocks(source, kernel, C, dtype, options, block_size, cache):
+        out += op.kt_k_matmul(V, row_weights=b.sample_weight).to(_F64)
+    return all_reduce_sum(out)
+
+
+def nystrom_predict(kernel: Kernel, centers: torch.Tensor, coef: torch.Tensor, X: torch.Tensor,
+                    *, dtype: torch.dtype | None = None,
+                    options: Options | None = None) -> torch.Tensor:
+    """f(X) = K(X, C) coef through the tiled operator; float64 result. Cost O(n M (d + t))."""
+    dtype = dtype or X.dtype
+    op = KernelOperator(kernel, X.to(dtype), centers.to(dtype), options=options)
+    return op.matmul(coef.to(_F64)).to(_F64)
+
+
+def nystrom_validation_mse(source: DataSource, kernel: Kernel, centers: torch.Tensor,
+                           coef: torch.Tensor, *, y_offset: torch.Tensor | None = None,
+                           dtype: torch.dtype = _F64, options: Options | None = None,
+                           block_size: int | None = None, cache=None) -> float:
+    """Weighted mean squared error of K(X, C) coef + y_offset over a source (all-reduced)."""
+    C = centers.to(dtype)
+    acc = torch.zeros(2, dtype=_F64)
+    for op, b in _kernel_blocks(source, kernel, C, dtype, options, block_size, cache):
+        f = op.matmul(coef).to(_F64)
+        r = b.y.to(_F64) - f - (0.0 if y_offset is None else y_offset)
+        sq = (r * r).mean(1)
+        w = b.sample_weight
+        acc[0] += sq.sum() if w is None else w.to(_F64) @ sq
+        acc[1] += b.X.shape[0] if w is None else w.sum()
+    acc = all_reduce_sum(acc)
+    return float(acc[0] / acc[1].clamp_min(1e-300))
+
+
+def nystrom_direct(source: DataSource, kernel: Kernel, centers: torch.Tensor, alpha: float, *,
+                   y_offset: torch.Tensor | None = None, options: Options | None = None,
+                   block_size: int | None = None) -> torch.Tensor:
+    """Direct float64 solve of (1): H built column-block by column-block, then a dense solve.
+
+    Reference for tests and small M. Cost O(n M^2 + M^3), memory O(M^2).
+    """
+    C = centers.to(_F64)
+    M = C.shape[0]
+    H = torch.zeros(M, M, dtype=_F64)
+    rows = block_rows(source.n_features, M, _F64, options, block_size)
+    rows = max(1, min(rows, memory_budget(options) // (4 * 8 * M)))
+    for b in _blocks(source, _F64, options, rows):
+        Kb = KernelOperator(kernel, b.X, C, options=options).to_dense()
+        Kw = Kb if b.sample_weight is None else Kb * b.sample_weight.reshape(-1, 1)
+        H += Kw.T @ Kb
+    H = all_reduce_sum(H)
+    H += alpha * KernelOperator(kernel, C, options=options).to_dense()
+    b = nystrom_rhs(source, kernel, C, y_offset=y_offset, options=options, block_size=block_size)
+    return torch.linalg.lstsq(H, b).solution if alpha == 0 else torch.linalg.solve(H, b)
+
+
+# ---- the solver --------------------------------------------------------------------------------
+@dataclass
+class NystromSolution:
+    """Result of :func:`nystrom_krr`.
+
+    ``coef`` (M, t) float64 are the coefficients a of f(x) = K(x, C) a; ``residual_norms`` are the
+    relative residuals of the (preconditioned) CG system; ``validation_mse`` has one entry per
+    iteration (iteration 0 first) when a validation source was given; ``best_iter`` is the
+    iteration whose coefficients were kept.
+    """
+
+    coef: torch.Tensor
+    n_iter: int
+    converged: bool
+    residual_norms: list = field(default_factory=list)
+    validation_mse: list = field(default_factory=list)
+    best_iter: int = 0
+    total_weight: float = 0.0
+    stopped_early: bool = False
+
+
+def nystrom_krr(
+    source: DataSource,
+    kernel: Kernel,
+    centers: torch.Tensor,  # shape: (M, d)
+    alpha: float,
+    *,
+    y_offset: torch.Tensor | None = None,  # shape: (t,)
+    coef0: torch.Tensor | None = None,  # shape: (M, t)
+    max_iter: int = 100,
+    tol: float | None = None,
+    preconditioner: bool | NystromPreconditioner = True,
+    validation: DataSource | None = None,
+    n_iter_no_change: int = 5,
+    dtype: torch.dtype = _F64,
+    options: Options | None = None,
+    block_size: int | None = None,
+    store_kernel: bool | None = None,
+    callback=None,
+    verbose: int = 0,
+) -> NystromSolution:
+    """Solve the Nyström normal equations (1) by (preconditioned) conjugate gradients.
+
+    Parameters
+    ----------
+    source : DataSource
+        Training rows with targets (and optional sample weights); read once per iteration.
+    kernel : Kernel
+    centers : tensor of shape (M, d)
+    alpha : float
+        Ridge penalty on scikit-learn's scale (> 0 with the preconditioner).
+    y_offset : tensor of shape (t,), optional
+        Subtracted from the targets (intercept).
+    coef0 : tensor of shape (M, t), optional
+        Starting coefficients (warm start).
+    max_iter : int, default=100
+    tol : float, optional
+        Relative residual tolerance of the CG system; default ``options.cg_tolerance(dtype)``.
+    preconditioner : bool or NystromPreconditioner, default=True
+        Falkon's preconditioner (2), a prebuilt one, or False for plain CG on (1).
+    validation : DataSource, optional
+        Rows on which the mean squared error is measured after every iteration; the best
+        coefficients are kept and the run stops after ``n_iter_no_change`` iterations without
+        improvement (iterations act as regularisation).
+    dtype : torch.dtype, default=float64
+        Precision of the kernel tiles (float32 halves memory traffic; factors stay float64).
+    store_kernel : bool or None, default=None
+        Keep K(X, C) (training and validation rows) in memory between iterations. None stores
+        it when it takes at most half of the memory budget; False always streams.
+    callback : callable, optional
+        ``callback(k, coef)`` after each iteration; returning True stops.
+
+    Returns
+    -------
+    NystromSolution
+
+    Notes
+    -----
+    Cost: setup O(M^3 + M^2 d) plus two passes; each iteration one pass, O(n M (d + 2t)), plus a
+    validation pass when early stopping. Memory O(M^2) for the factors plus one block.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.kernels import Gaussian
+    >>> from kernelflow.sources import ArraySource
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X = torch.randn(300, 3, dtype=torch.float64, generator=g)
+    >>> y = torch.sin(X.sum(1))
+    >>> sol = nystrom_krr(ArraySource(X, y), Gaussian(1.0), X[:30], 3.0, tol=1e-10)
+    >>> ref = nystrom_direct(ArraySource(X, y), Gaussian(1.0), X[:30], 3.0)
+    >>> sol.converged, bool(torch.allclose(sol.coef, ref, rtol=1e-6))
+    (True, True)
+    """
+    if source.n_outputs == 0:
+        raise ValueError("the training source has no targets.")
+    C = centers.to(_F64)
+    M, t = C.shape[0], source.n_outputs
+    W, _, _ = source_moments(source, block_size=block_size)
+    if not W > 0:
+        raise ValueError("the total sample weight must be positive.")
+    lam = float(alpha) / W
+    tol = (options or Options()).cg_tolerance(dtype) if tol is None else float(tol)
+    cache = val_cache = None
+    if store_kernel is not False:
+        frac = 1.0 if store_kernel else 0.5
+        cache = nystrom_kernel_cache(source, kernel, C, dtype=dtype, options=options,
+                                     block_size=block_size, fraction=frac)
+        if cache is not None and validation is not None:
+            val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
+                                             options=options, block_size=block_size,
+                                             fraction=frac / 4)
+    b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
+                    block_size=block_size, cache=cache) / W
+
+    def gram(v):
+        return nystrom_normal_matvec(source, kernel, C, v, dtype=dtype, options=options,
+                                     block_size=block_size, cache=cache) / W
+
+    if preconditioner is True:
+        P = nystrom_preconditioner(kernel, C, lam, options=options)
+    elif preconditioner is False or preconditioner is None:
+        P = None
+    else:
+        P = preconditioner
+    if P is not None:
+        def matvec(beta):
+            return P.system(beta, gram(P.apply(beta)))
+
+        rhs = P.apply_t(b)
+        x0 = None if coef0 is None else P.inverse(coef0.to(_F64).reshape(M, t))
+        to_coef = P.apply
+    else:
+        K_MM = KernelOperator(kernel, C, options=options).to_dense()
+
+        def matvec(a):
+            return gram(a) + lam * (K_MM @ a)
+
+        rhs = b
+        x0 = None if coef0 is None else coef0.to(_F64).reshape(M, t)
+
+        def to_coef(a):
+            return a
+
+    state = {"best": math.inf, "best_iter": 0, "best_coef": None, "since": 0, "scores": [],
+             "early": False}
+
+    def score(k, coef):
+        mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset, dtype=dtype,
+                                     options=options, block_size=block_size, cache=val_cache)
+        state["scores"].append(mse)
+        if mse < state["best"]:
+            state.update(best=mse, best_iter=k, best_coef=coef.clone(), since=0)
+        else:
+            state["since"] += 1
+        return state["since"] >= n_iter_no_change
+
+    if validation is not None:
+        score(0, torch.zeros(M, t, dtype=_F64) if coef0 is None else coef0.to(_F64).reshape(M, t))
+
+    bar = progress(total=max_iter, desc="Nystrom CG", verbose=verbose, unit="it")
+
+    def cb(k, X, R):
+        bar.update()
+        stop = False
+        if validation is not None or callback is not None:
+            coef = to_coef(X)
+            if validation is not None and score(k, coef):
+                state["early"] = True
+                stop = True
+            if callback is not None and callback(k, coef):
+                stop = True
+        return stop
+
+    with bar:
+        res = conjugate_gradient(matvec, rhs, x0=x0, max_iter=max_iter, tol=tol, callback=cb)
+    coef = to_coef(res.x.reshape(M, t))
+    best_iter = res.n_iter
+    if validation is not None and state["best_coef"] is not None:
+        coef, best_iter = state["best_coef"], state["best_iter"]
+    if not torch.isfinite(coef).all():
+        raise FloatingPointError("Nyström CG produced non-finite coefficients.")
+    logger.debug("Nystrom CG: %d iterations, residual %.3g", res.n_iter, res.residual_norms[-1])
+    return NystromSolution(coef=coef, n_iter=res.n_iter, converged=res.converged,
+                           residual_norms=res.residual_norms, validation_mse=state["scores"],
+                           best_iter=best_iter, total_weight=W, stopped_early=state["early"])
