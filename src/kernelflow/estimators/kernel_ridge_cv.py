@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 
-from ..kernels import Kernel, make_kernel, median_heuristic
+from ..kernels import make_kernel
 from ..solvers.direct import gcv_mse_spectral, krr_spectral, loo_mse_spectral, spectrum
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
@@ -91,8 +91,7 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                 raise ValueError(f"sigmas given, but the {type(base).__name__} kernel has none.")
             return [base], [None]
         if self.sigmas is None:
-            center = base.sigma if (isinstance(self.kernel, Kernel) or self.gamma) else \
-                median_heuristic(X)
+            center = base.sigma  # the kernel's own, gamma's, or the median heuristic on X
             sigmas = center * np.logspace(-1, 1, 9)
         else:
             sigmas = np.asarray(self.sigmas, dtype=np.float64).reshape(-1)

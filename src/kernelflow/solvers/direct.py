@@ -33,6 +33,14 @@ def _as_2d(Y: torch.Tensor) -> tuple[torch.Tensor, bool]:
     return (Y.reshape(-1, 1), True) if Y.ndim == 1 else (Y, False)
 
 
+def _sqrt_weighted(Y2, sample_weight, dtype):
+    """(W^{1/2} y, W^{1/2}) for the weighted problem; (y, None) without weights."""
+    if sample_weight is None:
+        return Y2, None
+    sw = sample_weight.to(dtype).sqrt()
+    return Y2 * sw[:, None], sw
+
+
 def _weighted(K, Y, sample_weight):
     if sample_weight is None:
         return K, Y, None
@@ -70,7 +78,7 @@ def krr_cholesky(
         raise ValueError(f"alpha has {alphas.numel()} values but y has {Y2.shape[1]} targets.")
     C = torch.empty_like(Yw)
     values = torch.unique(alphas)
-    A = Kw.clone() if (Kw is K and overwrite_k is False) else Kw
+    A = Kw.clone() if (Kw is K and not overwrite_k) else Kw
     for i, a in enumerate(values):
         cols = (alphas == a).nonzero().reshape(-1) if alphas.numel() > 1 else slice(None)
         if i > 0:
@@ -116,9 +124,7 @@ def krr_spectral(s, U, Y, alphas, *, sample_weight=None) -> torch.Tensor:
     array([[ 0.5333, -0.1333]])
     """
     Y2, squeeze = _as_2d(Y)
-    sw = None if sample_weight is None else sample_weight.to(s.dtype).sqrt()
-    if sw is not None:
-        Y2 = Y2 * sw[:, None]
+    Y2, sw = _sqrt_weighted(Y2, sample_weight, s.dtype)
     lam = torch.as_tensor(alphas, dtype=s.dtype, device=s.device).reshape(-1, 1)
     denom = s[None, :] + lam
     tiny = s.max().clamp_min(1.0) * s.shape[0] * torch.finfo(s.dtype).eps
@@ -157,9 +163,7 @@ def gradient_flow_spectral(s, U, Y, times, *, momentum: float = 0.0,
     if not 0.0 <= momentum < 1.0:
         raise ValueError(f"momentum must be in [0, 1), got {momentum!r}.")
     Y2, squeeze = _as_2d(Y)
-    sw = None if sample_weight is None else sample_weight.to(s.dtype).sqrt()
-    if sw is not None:
-        Y2 = Y2 * sw[:, None]
+    Y2, sw = _sqrt_weighted(Y2, sample_weight, s.dtype)
     times = torch.as_tensor(times, dtype=s.dtype, device=s.device).reshape(-1) / (1.0 - momentum)
     C = _apply_filter(U, flow_filter(s, times), Y2, sw)
     return C[..., 0] if squeeze else C
@@ -180,22 +184,18 @@ def loo_mse_spectral(s, U, Y, alphas, *, sample_weight=None) -> torch.Tensor:
     without point i (Allerbo App. B; tested against brute force). With sample weights the
     residuals are those of the weighted problem and the mean is weighted. Cost O(m n^2).
     """
-    Y2, _ = _as_2d(Y)
-    sw = None if sample_weight is None else sample_weight.to(s.dtype)
-    Yw = Y2 if sw is None else Y2 * sw.sqrt()[:, None]
+    Yw, _ = _sqrt_weighted(_as_2d(Y)[0], sample_weight, s.dtype)
     _, H_diag, fits = _hat_diag_and_fit(s, U, Yw, alphas)
     denom = (1.0 - H_diag.T).clamp_min(torch.finfo(s.dtype).eps)  # (m, n)
     E = (Yw[None] - fits) / denom[..., None]
-    if sw is None:
+    if sample_weight is None:
         return (E**2).mean(1)
-    return (E**2).sum(1) / sw.sum()
+    return (E**2).sum(1) / sample_weight.to(s.dtype).sum()
 
 
 def gcv_mse_spectral(s, U, Y, alphas, *, sample_weight=None) -> torch.Tensor:
     """Generalised cross-validation score (1/n) ||y - H y||^2 / (1 - tr(H)/n)^2, shape (m, t)."""
-    Y2, _ = _as_2d(Y)
-    sw = None if sample_weight is None else sample_weight.to(s.dtype)
-    Yw = Y2 if sw is None else Y2 * sw.sqrt()[:, None]
+    Yw, _ = _sqrt_weighted(_as_2d(Y)[0], sample_weight, s.dtype)
     G, _, fits = _hat_diag_and_fit(s, U, Yw, alphas)
     n = s.shape[0]
     denom = (1.0 - G.sum(1) / n).clamp_min(torch.finfo(s.dtype).eps) ** 2  # (m,)
