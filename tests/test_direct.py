@@ -8,11 +8,13 @@ import torch
 from scipy.integrate import solve_ivp
 
 from kernelflow.kernels import Gaussian, Laplace
+from kernelflow.linalg import NearSingularKernelWarning, band_reduce
 from kernelflow.solvers.direct import (
     flow_filter,
     gcv_mse_spectral,
     gradient_flow_spectral,
     krr_cholesky,
+    krr_path,
     krr_spectral,
     loo_mse_spectral,
     spectrum,
@@ -54,6 +56,57 @@ def test_per_target_alpha_and_sample_weight():
     s, U = spectrum(K, w)
     torch.testing.assert_close(krr_spectral(s, U, y, [0.3], sample_weight=w)[0], c,
                                rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("n,b", [(150, 16), (150, 1), (37, 64), (200, 48)])
+def test_band_reduction_is_an_orthogonal_similarity(n, b):
+    g = torch.Generator().manual_seed(n + b)
+    A = torch.randn(n, n, generator=g, dtype=torch.float64)
+    A = A + A.T
+    form = band_reduce(A, b, block=40)
+    # B is banded and Q B Q^T reproduces A; Q is orthogonal
+    Q = form.apply_q(torch.eye(n, dtype=A.dtype))
+    torch.testing.assert_close(Q.T @ Q, torch.eye(n, dtype=A.dtype), rtol=0, atol=1e-12)
+    B = torch.zeros(n, n, dtype=A.dtype)
+    band = torch.from_numpy(form.band)
+    for i in range(band.shape[0]):
+        B += torch.diag(band[i, : n - i], -i) + (torch.diag(band[i, : n - i], i) if i else 0)
+    torch.testing.assert_close(Q @ B @ Q.T, A, rtol=0, atol=1e-11 * A.abs().max())
+    torch.testing.assert_close(torch.linalg.eigvalsh(B), torch.linalg.eigvalsh(A),
+                               rtol=0, atol=1e-11 * A.abs().max())
+    assert form.band.shape == (min(b, n - 1) + 1, n)
+
+
+def test_krr_path_equals_direct_solves_for_every_penalty():
+    X, K, y = _problem(n=180, d=3)
+    Y = torch.stack([y, y**2], 1)
+    lams = np.logspace(-4, 1, 12)
+    C = krr_path(K, Y, lams, bandwidth=16)
+    assert C.shape == (12, 180, 2)
+    for i, lam in enumerate(lams):
+        direct = torch.linalg.solve(K + lam * torch.eye(180, dtype=K.dtype), Y)
+        torch.testing.assert_close(K @ C[i], K @ direct, rtol=1e-8, atol=1e-9)
+    w = torch.rand(180, dtype=torch.float64) + 0.5
+    Cw = krr_path(K, y, [0.3], sample_weight=w)
+    torch.testing.assert_close(Cw[0], krr_cholesky(K, y, 0.3, sample_weight=w),
+                               rtol=1e-9, atol=1e-10)
+    # the input matrix is left untouched unless overwrite=True
+    torch.testing.assert_close(K, Gaussian(1.0)(X))
+
+
+def test_krr_path_singular_kernel_and_bad_penalties():
+    X, K, y = _problem(n=30)
+    Xd = torch.cat([X, X])  # duplicate rows: K is singular
+    Kd = Gaussian(1.0)(Xd)
+    yd = torch.cat([y, y])
+    with pytest.warns(NearSingularKernelWarning):
+        C = krr_path(Kd, yd, [0.0, 1.0])
+    assert torch.isfinite(C).all()
+    torch.testing.assert_close(C[1], krr_cholesky(Kd, yd, 1.0), rtol=1e-9, atol=1e-10)
+    with pytest.raises(ValueError, match="penalties"):
+        krr_path(K, y, [-1.0])
+    with pytest.raises(ValueError, match="NaN"):
+        band_reduce(torch.full((3, 3), float("nan"), dtype=torch.float64))
 
 
 def test_t2_woodbury_form_of_krr():

@@ -11,7 +11,9 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+from scipy.linalg import lapack
 
 __all__ = [
     "NearSingularKernelWarning",
@@ -22,6 +24,8 @@ __all__ = [
     "conjugate_gradient",
     "symmetric_eigh",
     "power_iteration",
+    "BandedForm",
+    "band_reduce",
 ]
 
 logger = logging.getLogger(__name__)
@@ -234,3 +238,177 @@ def power_iteration(matvec: Callable[[torch.Tensor], torch.Tensor], n: int, *,
             break
         lam = new
     return lam
+
+
+@dataclass
+class BandedForm:
+    """Orthogonal similarity A = Q B Q^T with B symmetric banded (see :func:`band_reduce`).
+
+    Attributes
+    ----------
+    band : ndarray of shape (bandwidth + 1, n)
+        Lower banded storage of B: ``band[i, j] = B[j + i, j]`` (LAPACK's ``pbsv`` layout).
+    reflectors : list of (start, V, T)
+        Block reflectors ``Q_j = I - V T V^T`` acting on rows ``start:``; Q = Q_1 Q_2 ... Q_p.
+    """
+
+    band: object
+    reflectors: list
+
+    @property
+    def n(self) -> int:
+        return self.band.shape[1]
+
+    def apply_qt(self, Y: torch.Tensor) -> torch.Tensor:
+        """Q^T Y for Y of shape (n, t). Cost O(n^2 t)."""
+        Y = Y.clone()
+        for start, V, T in self.reflectors:
+            Y[start:] -= V @ (T.T @ (V.T @ Y[start:]))
+        return Y
+
+    def apply_q(self, Z: torch.Tensor) -> torch.Tensor:
+        """Q Z for Z of shape (n, t) (or (n, m, t) flattened by the caller). Cost O(n^2 t)."""
+        Z = Z.clone()
+        for start, V, T in reversed(self.reflectors):
+            Z[start:] -= V @ (T @ (V.T @ Z[start:]))
+        return Z
+
+    def solve_shifted(self, Y: torch.Tensor, shifts, *, warn: bool = True) -> torch.Tensor:
+        """(A + s I)^{-1} Y for every shift s, shape (len(shifts), n, t).
+
+        One banded Cholesky per shift (O(n b^2)) between one application of Q^T and one of Q.
+        A shift that leaves B + s I numerically indefinite gets jitter as in :func:`cholesky`.
+        """
+        C = np.asfortranarray(self.apply_qt(Y).cpu().numpy().astype(np.float64))
+        n, t = C.shape
+        shifts = [float(s) for s in shifts]
+        Z = np.empty((n, len(shifts) * t))
+        scale = max(float(np.abs(self.band[0]).mean()), 1e-300) if n else 1.0
+        base = np.asfortranarray(self.band, dtype=np.float64)
+
+        def solve(shift):
+            added = 0.0
+            for attempt in range(9):
+                ab = base.copy(order="F")
+                ab[0] += shift + added
+                _, x, info = lapack.dpbsv(ab, C, lower=1, overwrite_ab=1, overwrite_b=0)
+                if info == 0:
+                    return x, added
+                if info < 0:  # pragma: no cover - argument error, a bug
+                    raise ValueError(f"dpbsv: illegal value in argument {-info}.")
+                added = scale * np.finfo(np.float64).eps * 10 * 10.0**attempt
+            raise torch.linalg.LinAlgError(
+                f"shift {shift:.3g}: the shifted matrix is not positive definite."
+            )
+
+        for i, shift in enumerate(shifts):
+            x, added = solve(shift)
+            Z[:, i * t:(i + 1) * t] = x
+            if added and warn:
+                warnings.warn(
+                    f"The matrix plus shift {shift:.3g} is numerically singular; added jitter "
+                    f"{added:.3g} to its diagonal.",
+                    NearSingularKernelWarning,
+                    stacklevel=2,
+                )
+        out = self.apply_q(torch.from_numpy(Z).to(Y.dtype))
+        return out.reshape(n, len(shifts), t).permute(1, 0, 2)
+
+
+def _symmetric_product(A: torch.Tensor, W: torch.Tensor, nb: int) -> torch.Tensor:
+    """A @ W reading only the lower triangle of A (diagonal blocks of size nb are symmetrised)."""
+    m = A.shape[0]
+    X = torch.zeros(m, W.shape[1], dtype=A.dtype, device=A.device)
+    for j0 in range(0, m, nb):
+        j1 = min(j0 + nb, m)
+        D = A[j0:j1, j0:j1].tril()
+        D = D + D.tril(-1).T
+        X[j0:j1] += D @ W[j0:j1]
+        if j1 < m:
+            L = A[j1:, j0:j1]
+            X[j1:] += L @ W[j0:j1]
+            X[j0:j1] += L.T @ W[j1:]
+    return X
+
+
+def band_reduce(A: torch.Tensor, bandwidth: int = 128, *, block: int = 512,
+                overwrite: bool = False) -> BandedForm:
+    """Reduce a symmetric matrix to banded form by orthogonal similarity, A = Q B Q^T.
+
+    Block Householder reduction, panel by panel: the ``bandwidth`` columns of a panel are
+    reduced below the band by one QR factorisation, and the trailing matrix receives the
+    two-sided update ``(I - V T^T V^T) A22 (I - V T V^T)`` as one symmetric rank-2b update
+    (``A22 - V Y^T - Y V^T``), computed on the lower triangle only in column blocks of
+    ``block``. All flops are matrix-matrix products: about (4/3) n^3, four Cholesky
+    factorisations, against about nine for a full eigendecomposition with vectors. This is the
+    first stage of two-stage symmetric eigensolvers; since ``A + s I = Q (B + s I) Q^T`` for
+    every shift s, one reduction serves any number of penalties, each then costing a banded
+    solve of O(n b^2) (:meth:`BandedForm.solve_shifted`). Backward stable (orthogonal
+    transformations only). Only the lower triangle of ``A`` is read; with ``overwrite=True``
+    ``A`` is used as workspace.
+
+    Examples
+    --------
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X = torch.randn(300, 3, dtype=torch.float64, generator=g)
+    >>> A = torch.exp(-torch.cdist(X, X) ** 2)
+    >>> y = torch.randn(300, 1, dtype=torch.float64, generator=g)
+    >>> form = band_reduce(A, bandwidth=32)
+    >>> Z = form.solve_shifted(y, [0.1, 1.0])
+    >>> direct = torch.linalg.solve(A + 0.1 * torch.eye(300, dtype=A.dtype), y)
+    >>> bool(torch.allclose(Z[0], direct, rtol=1e-9, atol=1e-9))
+    True
+    """
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"band_reduce needs a square matrix, got shape {tuple(A.shape)}.")
+    if not torch.isfinite(A.sum()) and not torch.isfinite(A).all():  # cheap test first
+        raise ValueError("band_reduce: the matrix contains NaN or inf.")
+    if bandwidth < 1:
+        raise ValueError(f"bandwidth must be >= 1, got {bandwidth}.")
+    n = A.shape[0]
+    A = A if overwrite else A.clone()
+    b = max(1, min(bandwidth, n - 1))
+    reflectors = []
+    # The trailing matrix of a fast-decaying kernel spectrum fills with values below the
+    # normal range; subnormal arithmetic is ~100x slower on CPUs.
+    flushed = torch.set_flush_denormal(True)
+    try:
+        for k in range(0, max(n - b - 1, 0), b):
+            start = k + b
+            panel = A[start:, k:k + b]
+            a, tau = torch.geqrf(panel)
+            r = min(b, panel.shape[0])
+            V = a[:, :r].tril(-1)
+            V.diagonal().fill_(1.0)
+            R = a[:r, :].triu()
+            tau = tau[:r]
+            # Compact WY: Q = H_1 ... H_r = I - V T V^T, T^{-1} = diag(1/tau) + striu(V^T V);
+            # a zero tau is an identity reflector (its column of V is zeroed).
+            live = tau != 0
+            V[:, ~live] = 0.0
+            Tinv = torch.triu(V.T @ V, 1)
+            Tinv.diagonal().copy_(torch.where(live, 1.0 / torch.where(live, tau, 1.0), 1.0))
+            eye = torch.eye(r, dtype=A.dtype, device=A.device)
+            T = torch.linalg.solve_triangular(Tinv, eye, upper=True)
+            A22 = A[start:, start:]
+            X = _symmetric_product(A22, V @ T, block)
+            M = T.T @ (V.T @ X)
+            Y = X - 0.5 * (V @ M)
+            left = torch.cat([V, Y], 1)
+            right = torch.cat([Y, V], 1)
+            m = A22.shape[0]
+            for j0 in range(0, m, block):
+                j1 = min(j0 + block, m)
+                A22[j0:, j0:j1].addmm_(left[j0:], right[j0:j1].T, alpha=-1.0)
+            panel.zero_()
+            panel[:r] = R
+            reflectors.append((start, V, T))
+    finally:
+        if flushed:
+            torch.set_flush_denormal(False)
+    Ad = A.cpu().numpy()
+    band = np.zeros((b + 1, n), dtype=Ad.dtype)
+    for i in range(min(b, n - 1) + 1):
+        band[i, :n - i] = np.diagonal(Ad, -i)
+    return BandedForm(band=band, reflectors=reflectors)

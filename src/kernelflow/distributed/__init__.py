@@ -1,14 +1,16 @@
 """Data-parallel execution on torch.distributed.
 
 Each process holds a shard of the rows (:mod:`.sharding`); the solvers all-reduce every sum over
-rows (:mod:`._comm`), so :func:`distributed_fit` gives every process the model of a
-single-process fit on all rows. :mod:`.launch` starts and supervises process groups (``torchrun``
-or :func:`spawn`) with bounded timeouts; :mod:`.cv` spreads cross-validation grids over processes.
-Command line: ``torchrun --standalone --nproc_per_node=N -m kernelflow.distributed fit ...`` (see
+rows (:mod:`._comm`), so the estimators' ``fit`` inside a process group (:mod:`.auto`) and
+:func:`distributed_fit` give every process the model of a single-process fit on all rows.
+:mod:`.launch` starts and supervises process groups (``torchrun`` or :func:`spawn`) with bounded
+timeouts; :mod:`.cv` spreads cross-validation grids over processes. Command line:
+``torchrun --standalone --nproc_per_node=N -m kernelflow.distributed fit ...`` (see
 ``docs/distributed.md``).
 """
 
-from ._comm import all_reduce_sum, broadcast, is_distributed, rank, world_size
+from ._comm import all_reduce_sum, broadcast, is_distributed, local_only, rank, world_size
+from .auto import data_parallel
 from .launch import (
     DistributedError,
     barrier,
@@ -33,6 +35,8 @@ __all__ = [
     "is_distributed",
     "rank",
     "world_size",
+    "local_only",
+    "data_parallel",
     "DistributedError",
     "init_process_group",
     "destroy_process_group",

@@ -6,14 +6,42 @@ one process or data-parallel over many (each holding a shard of the rows).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 import torch.distributed as dist
 
-__all__ = ["is_distributed", "rank", "world_size", "all_reduce_sum", "broadcast"]
+__all__ = ["is_distributed", "rank", "world_size", "all_reduce_sum", "broadcast", "local_only"]
+
+# set while an estimator fits this process's rows alone inside a process group
+_LOCAL_ONLY = contextvars.ContextVar("kernelflow_local_only", default=False)
+
+
+@contextlib.contextmanager
+def local_only():
+    """Within this block, behave as a single process: collectives are the identity.
+
+    For an estimator asked to fit only this process's rows (``distributed=False``) while a
+    process group is running.
+
+    Examples
+    --------
+    >>> with local_only():
+    ...     is_distributed()
+    False
+    """
+    token = _LOCAL_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _LOCAL_ONLY.reset(token)
 
 
 def is_distributed() -> bool:
     """True when a torch.distributed process group with more than one process is running."""
+    if _LOCAL_ONLY.get():
+        return False
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 

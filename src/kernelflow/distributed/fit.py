@@ -1,7 +1,9 @@
 """Fit an estimator data-parallel: every process holds a shard of the rows, all get one model.
 
-:func:`distributed_fit` is the single entry point. Call it on every process of an initialised
-group (``torchrun`` or :func:`kernelflow.distributed.launch.spawn`) with that process's shard:
+Inside an initialised group (``torchrun`` or :func:`kernelflow.distributed.launch.spawn`) the
+estimators' own ``fit`` is data-parallel (``distributed="auto"``, see :mod:`.auto`): every
+process calls ``fit`` with its rows. :func:`distributed_fit` does the same for any shard
+(``.npy``, Parquet, a DataSource) whatever the estimator's ``distributed`` setting:
 
 * Nyström estimators (:class:`~kernelflow.estimators.nystrom_ridge.NystromKernelRidge`,
   :class:`~kernelflow.estimators.nystrom_robust.NystromRobustRegressor`) run their own fit on a
@@ -24,7 +26,6 @@ A collective that fails (a process died, or did not answer within the group's ti
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import numpy as np
@@ -35,8 +36,9 @@ from sklearn.utils import check_random_state
 from ..sources import ArraySource, DataSource
 from ..utils._progress import progress
 from ..utils._validation import check_X_y
+from . import auto
 from ._comm import all_reduce_sum, is_distributed, rank, world_size
-from .launch import DistributedError, configured_timeout
+from .auto import collective_errors, shared_seed
 from .sharding import ShardSource, check_consistent
 
 __all__ = ["distributed_fit", "as_shard"]
@@ -71,28 +73,6 @@ def as_shard(X, y=None, sample_weight=None) -> ShardSource:
     return ShardSource(ArraySource(X, y, sample_weight))
 
 
-@contextlib.contextmanager
-def collective_errors(what: str):
-    """Turn a failed collective into a :class:`DistributedError` that says what happened."""
-    try:
-        yield
-    except DistributedError:
-        raise
-    except (RuntimeError, dist.DistError) as exc:
-        msg = str(exc)
-        comm = isinstance(exc, dist.DistError) or any(
-            s in msg.lower() for s in ("gloo", "nccl", "connection", "timed out", "timeout",
-                                       "peer", "socket", "process group"))
-        if not comm:
-            raise
-        t = configured_timeout()
-        limit = f" within the timeout of {t:g} s" if t is not None else ""
-        raise DistributedError(
-            f"rank {rank()} of {world_size()}: a collective operation failed during {what}; "
-            f"another process exited or did not answer{limit}. Cause: {msg.splitlines()[0]}"
-        ) from exc
-
-
 def distributed_fit(estimator, X, y=None, sample_weight=None):
     """Fit ``estimator`` on the union of all processes' shards; returns it (same on every rank).
 
@@ -119,9 +99,11 @@ def distributed_fit(estimator, X, y=None, sample_weight=None):
     -----
     Cost per process: the single-process cost with n replaced by the local row count, plus one
     all-reduce per pass (Nyström: an (M, t) float64 block per iteration; doubly stochastic: an
-    (r, C) block per mini-batch). Set bandwidths explicitly for results that equal the
-    single-process fit with array input: with ``sigma=None`` the median heuristic runs on rows
-    drawn from the global data set, the same rows on every process.
+    (r, C) block per mini-batch). With ``sigma=None`` the median heuristic of a doubly
+    stochastic estimator sees all rows (gathered on every process) when there are at most
+    :data:`~kernelflow.distributed.auto.GATHER_LIMIT` values, as a single-process fit on arrays
+    does; beyond, 2000 rows drawn by global position, the same on every process. A Nyström
+    estimator given a shard draws its centre candidates from the global rows as on a DataSource.
 
     Examples
     --------
@@ -151,15 +133,23 @@ def distributed_fit(estimator, X, y=None, sample_weight=None):
 
 
 # ---- doubly stochastic: global mini-batches ----------------------------------------------------
-def _global_kernel(estimator, shard: ShardSource):
-    """The kernel from rows drawn by global position (same rows, same kernel on every rank)."""
+def _global_kernel(estimator, shard: ShardSource, dtype: torch.dtype = torch.float64):
+    """The kernel from rows drawn by global position (same rows, same kernel on every rank).
+
+    Up to :data:`~kernelflow.distributed.auto.GATHER_LIMIT` values the rows are all rows, so the
+    median heuristic sees what a single-process fit on the concatenated data sees; beyond, a
+    uniform sample of ``_BANDWIDTH_ROWS`` global rows. None when no heuristic is needed.
+    """
     if estimator.sigma is not None or estimator.gamma is not None or not isinstance(
             estimator.kernel, str):
         return None
     n = shard.n_samples
-    idx = np.sort(np.random.RandomState(0).choice(n, size=min(n, _BANDWIDTH_ROWS),
-                                                  replace=False))
-    return estimator._resolve_kernel(shard.take(idx).to(torch.float64))
+    if n * (shard.n_features + 1) <= auto.GATHER_LIMIT:
+        idx = np.arange(n)
+    else:
+        idx = np.sort(np.random.RandomState(0).choice(n, size=min(n, _BANDWIDTH_ROWS),
+                                                      replace=False))
+    return estimator._resolve_kernel(shard.take(idx).to(dtype))
 
 
 def _labels_union(y_np: np.ndarray) -> np.ndarray:
@@ -173,12 +163,12 @@ def _labels_union(y_np: np.ndarray) -> np.ndarray:
 
 
 def _fit_doubly_stochastic(est, shard: ShardSource):
+    """:func:`distributed_fit` of a doubly stochastic estimator on a shard (from scratch)."""
     if est.warm_start and hasattr(est, "coef_"):
         raise ValueError("distributed_fit starts from scratch; warm_start is not supported.")
     est._validate_params()
     X, y, sw = shard.local_arrays()
-    classifier = hasattr(est, "_set_classes")
-    if classifier:
+    if hasattr(est, "_set_classes"):
         Xt, y_np, swt = est._check(X, (y[:, 0] if y.shape[1] == 1 else y).numpy(), sw,
                                    reset=True)
         est._set_classes(y_np, _labels_union(y_np))
@@ -188,23 +178,68 @@ def _fit_doubly_stochastic(est, shard: ShardSource):
         Xt, yt, swt, _ = check_X_y(est, X, y1, reset=True, sample_weight=sw)
         Y = est._encode_targets(yt, first=True)
     check_consistent("doubly stochastic targets", n_outputs=Y.shape[1])
+    return global_batch_fit(est, shard, Xt, Y, swt, resume=False)
 
-    rng = check_random_state(est.random_state)
-    kernel = _global_kernel(est, shard)
-    saved = est.kernel
+
+def fit_doubly_stochastic_arrays(est, X: torch.Tensor, y, sample_weight=None, *,
+                                 partial: bool = False):
+    """Data-parallel ``fit`` / ``partial_fit`` of a doubly stochastic estimator (collective).
+
+    ``X``, ``y`` (tensor, or class labels for a classifier whose ``classes_`` are set) and
+    ``sample_weight`` are this process's validated rows; the processes' rows, in rank order,
+    are the data set. Equals the single-process call on the concatenated rows with the same
+    ``random_state`` (``warm_start`` and ``partial_fit`` continue from the fitted model, which
+    every process holds).
+    """
+    if partial:
+        resume = hasattr(est, "coef_")
+    else:
+        resume = est.warm_start and hasattr(est, "coef_") and getattr(est, "t_", 0) > 0
+    Y = est._encode_targets(y, first=not resume)
+    shard = ShardSource(ArraySource(X, Y, sample_weight, validate=False))
+    check_consistent("doubly stochastic targets",
+                     y_1d=float(bool(getattr(est, "_y_1d", True))), resume=float(resume))
+    return global_batch_fit(est, shard, X, Y, sample_weight, resume=resume, partial=partial)
+
+
+def global_batch_fit(est, shard: ShardSource, Xt, Y, swt, *, resume: bool,
+                     partial: bool = False):
+    """Epochs (or, with ``partial``, one in-order pass) of global mini-batches.
+
+    All processes draw the same permutation of the n global rows; each takes the rows of every
+    batch that it holds, and :meth:`DoublyStochasticModel.step` all-reduces the batch sums.
+    """
+    random_state = shared_seed(est.random_state)
+    saved_rs, saved_kernel = est.random_state, est.kernel
     try:
-        if kernel is not None:
-            est.kernel = kernel  # the same bandwidth on every process
-        # _init_state reads the number of rows (batch_size="auto") and the width from its
-        # argument: show it a zero-copy view with the global row count
-        est._init_state(Xt[:1].expand(shard.n_samples, -1))
+        est.random_state = random_state
+        if resume:
+            model = est._get_model()
+            if Y.shape[1] != model.n_outputs:
+                raise ValueError(
+                    f"y has {Y.shape[1]} target column(s), the model was started with "
+                    f"{model.n_outputs}.")
+        else:
+            kernel = _global_kernel(est, shard, Xt.dtype)
+            if kernel is not None:
+                est.kernel = kernel  # the same bandwidth on every process
+            # _init_state reads the number of rows (batch_size="auto") and the width from its
+            # argument: show it a zero-copy view with the global row count
+            est._init_state(Xt.new_zeros(1, Xt.shape[1]).expand(shard.n_samples, -1))
+            model = est._model
+        rng = check_random_state(est.random_state)
     finally:
-        est.kernel = saved
-    # the feature stream must be the same everywhere: random_state=None would differ
+        est.random_state, est.kernel = saved_rs, saved_kernel
+    # the feature stream must be the same everywhere
     check_consistent("random_state (the feature-stream seeds drawn from it)",
                      seed=float(est.seed_))
-    model = est._model
     n, off, n_loc = shard.n_samples, shard.offset, shard.n_local
+    bs = int(getattr(est, "batch_size_", est.batch_size))
+    if partial:
+        loss = _global_pass(model, Xt, Y, swt, np.arange(n), bs, off, n_loc)
+        est.loss_curve_.append(loss)
+        est._store_state()
+        return est
     train = np.arange(n)
     Xv = Yv = swv = None
     if est.early_stopping:
@@ -218,18 +253,10 @@ def _fit_doubly_stochastic(est, shard: ShardSource):
         swv = None if swt is None else swt[lv]
     best, no_improve = np.inf, 0
     est.n_iter_ = 0
-    bs = int(getattr(est, "batch_size_", est.batch_size))
     for _epoch in progress(range(est.max_iter), total=est.max_iter, desc=type(est).__name__,
                            verbose=est.verbose if rank() == 0 else 0):
         order = train[rng.permutation(len(train))] if est.shuffle else train
-        total = torch.zeros(2, dtype=torch.float64)
-        for i in range(0, len(order), bs):
-            loc = _local(order[i:i + bs], off, n_loc)
-            w = None if swt is None else swt[loc]
-            val_loss = model.step(Xt[loc], Y[loc], w)
-            total += torch.tensor([val_loss * len(order[i:i + bs]), len(order[i:i + bs])],
-                                  dtype=torch.float64)
-        train_loss = float(total[0] / max(float(total[1]), 1.0))
+        train_loss = _global_pass(model, Xt, Y, swt, order, bs, off, n_loc)
         est.n_iter_ += 1
         score = est._validation_loss(model, Xv, Yv, swv) if est.early_stopping else train_loss
         est.loss_curve_.append(train_loss)
@@ -241,6 +268,18 @@ def _fit_doubly_stochastic(est, shard: ShardSource):
     est._store_state()
     all_reduce_sum(torch.zeros(1))  # every process has finished before anyone returns
     return est
+
+
+def _global_pass(model, Xt, Y, swt, order, bs, off, n_loc) -> float:
+    """One pass of mini-batches of ``bs`` global rows in ``order``; mean progressive loss."""
+    total = torch.zeros(2, dtype=torch.float64)
+    for i in range(0, len(order), bs):
+        loc = _local(order[i:i + bs], off, n_loc)
+        w = None if swt is None else swt[loc]
+        val_loss = model.step(Xt[loc], Y[loc], w)
+        size = len(order[i:i + bs])
+        total += torch.tensor([val_loss * size, size], dtype=torch.float64)
+    return float(total[0] / max(float(total[1]), 1.0))
 
 
 def _local(global_idx: np.ndarray, offset: int, n_local: int) -> torch.Tensor:

@@ -18,7 +18,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..distributed._comm import all_reduce_sum
+from ..distributed._comm import all_reduce_sum, local_only
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..features.random import supports_random_features
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
 from ..solvers.doubly_stochastic import DoublyStochasticModel, StepSchedule
@@ -27,7 +28,7 @@ from ..utils._validation import check_X
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DoublyStochasticMixin", "DOUBLY_STOCHASTIC_CONSTRAINTS"]
+__all__ = ["DoublyStochasticMixin", "DOUBLY_STOCHASTIC_CONSTRAINTS", "DATA_PARALLEL_CONSTRAINTS"]
 
 DOUBLY_STOCHASTIC_CONSTRAINTS = {
     "kernel": [StrOptions(set(KERNEL_NAMES) - {"laplacian"}), Kernel],
@@ -54,6 +55,9 @@ DOUBLY_STOCHASTIC_CONSTRAINTS = {
     "verbose": ["verbose"],
     "dtype": [StrOptions({"float32", "float64"})],
 }
+
+#: ``distributed`` of the estimators with a data-parallel fit (regressor, classifier).
+DATA_PARALLEL_CONSTRAINTS = {"distributed": DISTRIBUTED_CONSTRAINT}
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -163,6 +167,9 @@ class DoublyStochasticMixin:
         return sum(v * n for v, n in losses) / max(tot, 1)
 
     def _validation_loss(self, model, X, Y, sw):
+        if X.shape[0] == 0:  # a data-parallel process holding no validation row
+            s = all_reduce_sum(torch.zeros(2, dtype=model.dtype, device=X.device))
+            return float(s[0] / s[1].clamp_min(1e-300))
         F = model.decision_function(X, averaged=bool(self.average))
         target = torch.full_like(F, model.current_offset) if model.loss.has_offset else \
             Y.to(F.dtype)
@@ -171,8 +178,19 @@ class DoublyStochasticMixin:
         s = all_reduce_sum(torch.stack([(v * w).sum(), w.sum()]))
         return float(s[0] / s[1].clamp_min(1e-300))
 
+    def _fit_data_parallel(self, X, y, sw, *, partial=False):
+        """``fit`` / ``partial_fit`` over the rows of all processes (rank order), collective."""
+        from ..distributed.fit import fit_doubly_stochastic_arrays
+
+        return fit_doubly_stochastic_arrays(self, X, y, sw, partial=partial)
+
     def _fit(self, X, y, sw):
-        """Epochs of shuffled mini-batches; X, y tensors (already validated)."""
+        """Epochs of shuffled mini-batches on this process's rows; X, y tensors (validated)."""
+        # the model all-reduces every batch sum: inside a process group, keep this fit local
+        with local_only():
+            return self._fit_local(X, y, sw)
+
+    def _fit_local(self, X, y, sw):
         resume = self.warm_start and hasattr(self, "coef_") and getattr(self, "t_", 0) > 0
         Y = self._encode_targets(y, first=not resume)
         if resume:
@@ -220,6 +238,10 @@ class DoublyStochasticMixin:
         return self
 
     def _partial_fit(self, X, y, sw):
+        with local_only():
+            return self._partial_fit_local(X, y, sw)
+
+    def _partial_fit_local(self, X, y, sw):
         first = not hasattr(self, "coef_")
         Y = self._encode_targets(y, first=first)
         if first:

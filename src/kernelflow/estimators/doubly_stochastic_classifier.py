@@ -12,9 +12,15 @@ from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
+from ..distributed.auto import data_parallel, fit_scope
+from ..distributed.fit import _labels_union
 from ..solvers.losses import SoftmaxLoss, get_loss
 from ..utils._validation import check_X_y, to_output
-from .doubly_stochastic import DOUBLY_STOCHASTIC_CONSTRAINTS, DoublyStochasticMixin
+from .doubly_stochastic import (
+    DATA_PARALLEL_CONSTRAINTS,
+    DOUBLY_STOCHASTIC_CONSTRAINTS,
+    DoublyStochasticMixin,
+)
 
 __all__ = ["DoublyStochasticClassifier"]
 
@@ -42,8 +48,9 @@ class DoublyStochasticClassifier(DoublyStochasticMixin, ClassifierMixin, BaseEst
         As in :class:`DoublyStochasticRegressor`.
     learning_rate, eta0, decay, batch_size, block_size, max_iter, max_blocks, precondition, \
 average, fit_intercept, tol, early_stopping, validation_fraction, n_iter_no_change, shuffle, \
-random_state, warm_start, verbose, dtype :
-        As in :class:`DoublyStochasticRegressor`.
+random_state, warm_start, verbose, dtype, distributed :
+        As in :class:`DoublyStochasticRegressor`; data-parallel, ``classes_`` is the union of
+        the labels of all processes.
 
     Attributes
     ----------
@@ -73,6 +80,7 @@ random_state, warm_start, verbose, dtype :
         "alpha": [Interval(Real, 0, None, closed="left")],
         "fit_intercept": ["boolean"],
         **DOUBLY_STOCHASTIC_CONSTRAINTS,
+        **DATA_PARALLEL_CONSTRAINTS,
     }
 
     def __init__(self, loss="hinge", *, alpha=1e-6, kernel="rbf", sigma=None, gamma=None,
@@ -80,7 +88,8 @@ random_state, warm_start, verbose, dtype :
                  batch_size="auto", block_size=128, max_iter=20, max_blocks=None,
                  precondition="auto", average=False, fit_intercept=True, tol=1e-4,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=5, shuffle=True,
-                 random_state=None, warm_start=False, verbose=0, dtype="float64"):
+                 random_state=None, warm_start=False, verbose=0, dtype="float64",
+                 distributed="auto"):
         self.loss = loss
         self.alpha = alpha
         self.kernel = kernel
@@ -107,6 +116,7 @@ random_state, warm_start, verbose, dtype :
         self.warm_start = warm_start
         self.verbose = verbose
         self.dtype = dtype
+        self.distributed = distributed
 
     def _multiclass_softmax(self):
         return len(self.classes_) > 2 and self.loss == "log_loss"
@@ -170,10 +180,14 @@ random_state, warm_start, verbose, dtype :
         self : object
         """
         resume = self.warm_start and hasattr(self, "coef_")
-        X, y_np, sw = self._check(X, y, sample_weight, reset=not resume)
-        if not resume:
-            self._set_classes(y_np, None)
-        return self._fit(X, y_np, sw)
+        with fit_scope(self, X):
+            X, y_np, sw = self._check(X, y, sample_weight, reset=not resume)
+            parallel = data_parallel(self.distributed, X)
+            if not resume:
+                self._set_classes(y_np, _labels_union(y_np) if parallel else None)
+            if parallel:
+                return self._fit_data_parallel(X, y_np, sw)
+            return self._fit(X, y_np, sw)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, classes=None, sample_weight=None):
@@ -193,15 +207,20 @@ random_state, warm_start, verbose, dtype :
         self : object
         """
         first = not hasattr(self, "coef_")
-        X, y_np, sw = self._check(X, y, sample_weight, reset=first)
-        if first:
-            self._set_classes(y_np, classes)
-        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
-            raise ValueError(
-                f"classes={np.unique(classes).tolist()} differs from the classes of the first "
-                f"call {self.classes_.tolist()}."
-            )
-        return self._partial_fit(X, y_np, sw)
+        with fit_scope(self, X):
+            X, y_np, sw = self._check(X, y, sample_weight, reset=first)
+            parallel = data_parallel(self.distributed, X)
+            if first:
+                self._set_classes(y_np, _labels_union(y_np) if parallel and classes is None
+                                  else classes)
+            elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+                raise ValueError(
+                    f"classes={np.unique(classes).tolist()} differs from the classes of the "
+                    f"first call {self.classes_.tolist()}."
+                )
+            if parallel:
+                return self._fit_data_parallel(X, y_np, sw, partial=True)
+            return self._partial_fit(X, y_np, sw)
 
     def decision_function(self, X):
         """Scores ``f(x)``: shape (n_samples,) for two classes, else (n_samples, n_classes).

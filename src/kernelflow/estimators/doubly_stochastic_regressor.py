@@ -7,9 +7,14 @@ from numbers import Real
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..distributed.auto import data_parallel, fit_scope
 from ..solvers.losses import get_loss
 from ..utils._validation import check_X_y, to_output
-from .doubly_stochastic import DOUBLY_STOCHASTIC_CONSTRAINTS, DoublyStochasticMixin
+from .doubly_stochastic import (
+    DATA_PARALLEL_CONSTRAINTS,
+    DOUBLY_STOCHASTIC_CONSTRAINTS,
+    DoublyStochasticMixin,
+)
 
 __all__ = ["DoublyStochasticRegressor"]
 
@@ -88,6 +93,13 @@ default="squared_error"
     verbose : int, default=0
     dtype : {"float64", "float32"}, default="float64"
         Precision of features and coefficients (float32 is about twice as fast).
+    distributed : {"auto", "on", "off"} or bool, default="auto"
+        Inside an initialised torch.distributed group of several processes ("auto", True or
+        "on"), ``fit`` and ``partial_fit`` are data-parallel: each process passes its own rows,
+        the processes' rows in rank order are the data set, every process draws the same
+        feature blocks and mini-batches of global rows, the batch gradients are all-reduced,
+        and all processes end with the single-process model of the concatenated rows (see
+        ``docs/distributed.md``). False or "off": each process fits its rows alone.
 
     Attributes
     ----------
@@ -140,6 +152,7 @@ default="squared_error"
         "quantile": [Interval(Real, 0, 1, closed="neither")],
         "fit_intercept": ["boolean"],
         **DOUBLY_STOCHASTIC_CONSTRAINTS,
+        **DATA_PARALLEL_CONSTRAINTS,
     }
 
     def __init__(self, loss="squared_error", *, alpha=1e-6, kernel="rbf", sigma=None, gamma=None,
@@ -147,7 +160,8 @@ default="squared_error"
                  eta0=1.0, decay=1e-3, batch_size="auto", block_size=128, max_iter=20,
                  max_blocks=None, precondition="auto", average=False, fit_intercept=True, tol=1e-4,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=5, shuffle=True,
-                 random_state=None, warm_start=False, verbose=0, dtype="float64"):
+                 random_state=None, warm_start=False, verbose=0, dtype="float64",
+                 distributed="auto"):
         self.loss = loss
         self.alpha = alpha
         self.kernel = kernel
@@ -176,6 +190,7 @@ default="squared_error"
         self.warm_start = warm_start
         self.verbose = verbose
         self.dtype = dtype
+        self.distributed = distributed
 
     def _loss_object(self):
         return get_loss(self.loss, epsilon=self.epsilon, quantile=self.quantile)
@@ -211,8 +226,11 @@ default="squared_error"
         self : object
         """
         reset = not (self.warm_start and hasattr(self, "coef_"))
-        X, y, sw, _ = check_X_y(self, X, y, reset=reset, sample_weight=sample_weight)
-        return self._fit(X, y, sw)
+        with fit_scope(self, X):
+            X, y, sw, _ = check_X_y(self, X, y, reset=reset, sample_weight=sample_weight)
+            if data_parallel(self.distributed, X):
+                return self._fit_data_parallel(X, y, sw)
+            return self._fit(X, y, sw)
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, sample_weight=None):
@@ -233,8 +251,11 @@ default="squared_error"
         self : object
         """
         first = not hasattr(self, "coef_")
-        X, y, sw, _ = check_X_y(self, X, y, reset=first, sample_weight=sample_weight)
-        return self._partial_fit(X, y, sw)
+        with fit_scope(self, X):
+            X, y, sw, _ = check_X_y(self, X, y, reset=first, sample_weight=sample_weight)
+            if data_parallel(self.distributed, X):
+                return self._fit_data_parallel(X, y, sw, partial=True)
+            return self._partial_fit(X, y, sw)
 
     def predict(self, X):
         """Predict ``f(x) = Σ_j α_jᵀ Φ_j(x) + b`` (Algorithm 2), block by block.

@@ -6,6 +6,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import StrOptions
 
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT, collective_errors, data_parallel
+from ..distributed.cv import check_replicated, my_share, reduce_scores
 from ..kernels import make_kernel
 from ..solvers.direct import gcv_mse_spectral, krr_spectral, loo_mse_spectral, spectrum
 from ..utils._validation import check_X_y
@@ -40,6 +42,11 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     kernel, gamma, degree, coef0, fit_intercept, options
         As in :class:`KernelRidge`; ``kernel`` may be a name or a Kernel object whose
         ``sigma`` is replaced by each candidate.
+    distributed : {"auto", "on", "off"} or bool, default="auto"
+        Inside an initialised torch.distributed group of several processes ("auto", True or
+        "on"), every process passes the whole training set and scores a share of the
+        bandwidths (round robin; one all-reduce of the error table); all select and fit the
+        same model. False or "off": each process scores every bandwidth.
 
     Attributes
     ----------
@@ -67,12 +74,13 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         "alphas": ["array-like"],
         "sigmas": ["array-like", None],
         "criterion": [StrOptions({"loo", "gcv"})],
+        "distributed": DISTRIBUTED_CONSTRAINT,
         **{k: v for k, v in KERNEL_CONSTRAINTS.items() if k != "sigma"},
     }
 
     def __init__(self, alphas=_DEFAULT_ALPHAS, *, sigmas=None, criterion="loo",
                  kernel="rbf", gamma=None, degree=3, coef0=1.0, fit_intercept=True,
-                 options=None):
+                 options=None, distributed="auto"):
         self.alphas = alphas
         self.sigmas = sigmas
         self.criterion = criterion
@@ -82,6 +90,7 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.coef0 = coef0
         self.fit_intercept = fit_intercept
         self.options = options
+        self.distributed = distributed
 
     def _candidate_kernels(self, X):
         base = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
@@ -125,17 +134,33 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         yc, intercept = self._center_targets(y, sw)
         score_fn = loo_mse_spectral if self.criterion == "loo" else gcv_mse_spectral
         kernels, sigmas = self._candidate_kernels(X if sw is None else X[sw > 0])
-        errors = np.empty((len(kernels), alphas.size))
+        parallel = data_parallel(self.distributed)
+        if parallel:  # every process scores a share of the bandwidths
+            with collective_errors(f"{type(self).__name__}.fit"):
+                check_replicated(type(self).__name__, X, y, sw)
+        errors = np.zeros((len(kernels), alphas.size))
         best = (np.inf, None, None, None)
         self.X_fit_ = X
-        for i, k in enumerate(kernels):
-            self.kernel_ = k
+        for i in my_share(len(kernels)) if parallel else range(len(kernels)):
+            self.kernel_ = kernels[i]
             s, U = spectrum(self._operator(X).to_dense(), sw)
             err = score_fn(s, U, yc, alphas, sample_weight=sw).mean(1)
             errors[i] = err.cpu().numpy()
             j = int(np.argmin(errors[i]))
             if errors[i, j] < best[0]:
                 best = (errors[i, j], i, j, (s, U))
+        if parallel:
+            with collective_errors(f"{type(self).__name__}.fit"):
+                errors = reduce_scores(errors)
+            held = best
+            best = (np.inf, None, None, None)
+            for i in range(len(kernels)):  # the single-process choice, from the whole table
+                j = int(np.argmin(errors[i]))
+                if errors[i, j] < best[0]:
+                    best = (errors[i, j], i, j, held[3] if held[1] == i else None)
+            if best[1] is not None and best[3] is None:  # chosen elsewhere: factor it here
+                self.kernel_ = kernels[best[1]]
+                best = (*best[:3], spectrum(self._operator(X).to_dense(), sw))
         _, i, j, (s, U) = best
         self.kernel_ = kernels[i]
         self.sigma_ = sigmas[i]

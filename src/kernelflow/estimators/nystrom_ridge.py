@@ -15,7 +15,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..distributed._comm import broadcast, is_distributed
+from ..distributed._comm import all_reduce_sum, broadcast, is_distributed
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT, data_parallel, fit_scope, gather_all_rows
+from ..distributed.sharding import ShardSource, check_consistent
 from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import Options, memory_budget
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
@@ -42,6 +44,7 @@ NYSTROM_CONSTRAINTS = {
     "block_size": [Interval(Integral, 1, None, closed="left"), None],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
+    "distributed": DISTRIBUTED_CONSTRAINT,
     **KERNEL_CONSTRAINTS,
 }
 
@@ -62,6 +65,24 @@ def _prepare_data(estimator, X, y, sample_weight):
         return source, None, None, source.n_outputs == 1
     Xt, yt, sw, _ = check_X_y(estimator, X, y, sample_weight=sample_weight)
     return ArraySource(Xt, yt, sw, validate=False), Xt, sw, yt.ndim == 1
+
+
+def _data_parallel_data(source, pool, sw):
+    """The data set of all processes: (ShardSource, global pool or None, its weights).
+
+    Arrays: every process gathers all rows (up to ``GATHER_LIMIT`` values), so centres and the
+    median-heuristic bandwidth come from exactly the rows of a single-process fit on the
+    concatenated arrays; beyond, or for a DataSource, centres come from a global subsample.
+    """
+    shard = source if isinstance(source, ShardSource) else ShardSource(source)
+    if pool is None:
+        return shard, None, None
+    rows = gather_all_rows(shard, pool, sw)
+    if rows is None:
+        logger.info("%d rows x %d features are too many to gather on every process: centres "
+                    "are chosen from a global subsample", shard.n_samples, shard.n_features)
+        return shard, None, None
+    return shard, rows[0], rows[1]
 
 
 def _candidate_pool(source: DataSource, pool, sw, k, rng):
@@ -109,7 +130,10 @@ def _split(estimator, source, rng):
     if not estimator.early_stopping:
         return source, None
     train, val = source.split(estimator.validation_fraction, int(rng.randint(0, 2**31 - 1)))
-    if val.n_samples == 0 or train.n_samples == 0:
+    counts = torch.tensor([train.n_samples, val.n_samples], dtype=torch.float64)
+    if isinstance(source, ShardSource):  # subsets of a shard count this process's rows
+        counts = all_reduce_sum(counts)
+    if counts.min() == 0:
         raise ValueError(
             f"early_stopping with validation_fraction={estimator.validation_fraction} leaves an "
             f"empty training or validation set for {source.n_samples} samples."
@@ -138,6 +162,10 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         prev = (self.centers_, self.kernel_, self.dual_coef_, self.intercept_,
                 getattr(self, "n_features_in_", None)) if warm else None
         source, pool, sw, y_1d = _prepare_data(self, X, y, sample_weight)
+        x_dtype = pool.dtype if pool is not None else torch.float64
+        if data_parallel(self.distributed, X):
+            source, pool, sw = _data_parallel_data(source, pool, sw)
+            check_consistent("targets", y_1d=float(y_1d))
         self._y_1d = y_1d
         rng = check_random_state(self.random_state)
         if warm and prev[4] == source.n_features:
@@ -150,8 +178,9 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             C = _select_centers(self, pool_, kernel, rng)
             if is_distributed() and isinstance(getattr(kernel, "sigma", None), float | int):
                 # a median-heuristic bandwidth depends on each process's shard: use rank 0's
-                kernel.sigma = float(broadcast(torch.tensor([float(kernel.sigma)]))[0])
-        dtype = _compute_dtype(self, pool.dtype if pool is not None else torch.float64)
+                kernel.sigma = float(broadcast(torch.tensor([float(kernel.sigma)],
+                                                             dtype=torch.float64))[0])
+        dtype = _compute_dtype(self, x_dtype)
         return source, rng, kernel, C, dtype, (prev if warm else None)
 
     def predict(self, X):
@@ -220,6 +249,13 @@ class NystromKernelRidge(_NystromBase):
     verbose : int, default=0
     options : Options, default=None
         Engine options (memory budget, device, ...).
+    distributed : {"auto", "on", "off"} or bool, default="auto"
+        Inside an initialised torch.distributed group of several processes ("auto", True or
+        "on"), ``fit`` is data-parallel: each process passes its own rows (arrays or a
+        DataSource), the processes' rows in rank order are the data set, every sum over rows is
+        all-reduced and all processes end with the model of a single-process fit on the
+        concatenated rows (see ``docs/distributed.md``). False or "off": each process fits its
+        rows alone. A :class:`~kernelflow.distributed.ShardSource` is always data-parallel.
 
     Attributes
     ----------
@@ -271,7 +307,7 @@ class NystromKernelRidge(_NystromBase):
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100,
                  tol=None, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
-                 options=None):
+                 options=None, distributed="auto"):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -292,6 +328,7 @@ class NystromKernelRidge(_NystromBase):
         self.random_state = random_state
         self.verbose = verbose
         self.options = options
+        self.distributed = distributed
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -308,6 +345,10 @@ class NystromKernelRidge(_NystromBase):
         -------
         self : object
         """
+        with fit_scope(self, X):
+            return self._fit(X, y, sample_weight)
+
+    def _fit(self, X, y, sample_weight):
         source, rng, kernel, C, dtype, prev = self._setup(X, y, sample_weight)
         options = _resolved_options(self)
         t = source.n_outputs

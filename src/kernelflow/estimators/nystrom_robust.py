@@ -10,6 +10,7 @@ from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..distributed.auto import fit_scope
 from ..solvers.nystrom_robust import LOSSES, nystrom_robust
 from .nystrom_ridge import (
     NYSTROM_CONSTRAINTS,
@@ -72,6 +73,10 @@ class NystromRobustRegressor(_NystromBase):
     random_state : int, RandomState instance or None, default=None
     verbose : int, default=0
     options : Options, default=None
+    distributed : {"auto", "on", "off"} or bool, default="auto"
+        Data-parallel ``fit`` inside a process group of several processes, each passing its own
+        rows (see ``NystromKernelRidge``); the gradient, loss and residual histogram of every
+        step and the validation loss are all-reduced.
 
     Attributes
     ----------
@@ -133,7 +138,7 @@ class NystromRobustRegressor(_NystromBase):
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100,
                  tol=1e-6, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
-                 options=None):
+                 options=None, distributed="auto"):
         self.n_components = n_components
         self.landmarks = landmarks
         self.loss = loss
@@ -158,6 +163,7 @@ class NystromRobustRegressor(_NystromBase):
         self.random_state = random_state
         self.verbose = verbose
         self.options = options
+        self.distributed = distributed
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -173,6 +179,10 @@ class NystromRobustRegressor(_NystromBase):
         -------
         self : object
         """
+        with fit_scope(self, X):
+            return self._fit(X, y, sample_weight)
+
+    def _fit(self, X, y, sample_weight):
         source, rng, kernel, C, dtype, prev = self._setup(X, y, sample_weight)
         t = source.n_outputs
         coef0 = intercept0 = None

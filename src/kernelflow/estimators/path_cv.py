@@ -10,6 +10,8 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval
 
 from ..datasets._allerbo import kfold_indices
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT
+from ..distributed.cv import cv_solver
 from ..kernels import Kernel, make_kernel, median_heuristic
 from ..operators import KernelOperator
 from ..solvers.path_cv import early_stopping_path_cv
@@ -27,6 +29,7 @@ _CV_CONSTRAINTS = {
     "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
+    "distributed": DISTRIBUTED_CONSTRAINT,
 }
 
 
@@ -76,7 +79,7 @@ class _PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
 
     def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate=0.01, max_iter=10000,
                  n_iter_no_change=100, fit_intercept=True, random_state=None, options=None,
-                 verbose=0):
+                 verbose=0, distributed="auto"):
         self.sigmas = sigmas
         self.kernel = kernel
         self.cv = cv
@@ -87,6 +90,7 @@ class _PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.options = options
         self.verbose = verbose
+        self.distributed = distributed
 
     def _refit(self, K, y, n_iter):
         raise NotImplementedError  # pragma: no cover
@@ -114,7 +118,9 @@ class _PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.intercept_ = (self._location(y) if self.fit_intercept
                            else torch.zeros((), dtype=y.dtype, device=y.device))
         yc = y - self.intercept_
-        res = early_stopping_path_cv(
+        # in a process group: bandwidths spread over the processes (same data on all)
+        path_cv, folds = cv_solver(self, early_stopping_path_cv, X, y, folds)
+        res = path_cv(
             X, yc, kernels, folds, method=self._method, step_size=float(self.learning_rate),
             max_iter=int(self.max_iter), n_iter_no_change=int(self.n_iter_no_change),
             options=self._options(), verbose=self.verbose,
@@ -184,6 +190,11 @@ _DOC = """{summary}
         Engine options (memory budget for the stacked kernels).
     verbose : int, default=0
         Progress bar over steps.
+    distributed : {{"auto", "on", "off"}} or bool, default="auto"
+        Inside an initialised torch.distributed group of several processes ("auto", True or
+        "on"), every process passes the whole training set and scores a share of the
+        bandwidths (:func:`kernelflow.distributed.distributed_path_cv`); all select and refit
+        the same model. False or "off": each process runs the whole grid.
 
     Attributes
     ----------

@@ -9,6 +9,8 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT
+from ..distributed.cv import cv_solver
 from ..operators import KernelOperator
 from ..solvers.direct import krr_cholesky
 from ..solvers.path_cv import krr_grid_cv, penalized_grid_cv
@@ -71,6 +73,11 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         Engine options.
     verbose : int, default=0
         Progress bar over penalties.
+    distributed : {"auto", "on", "off"} or bool, default="auto"
+        Inside an initialised torch.distributed group of several processes ("auto", True or
+        "on"), every process passes the whole training set and scores a share of the
+        bandwidths; all select and refit the same model. False or "off": each process runs the
+        whole grid.
 
     Attributes
     ----------
@@ -122,12 +129,13 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         "tol": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
         "verbose": ["verbose"],
+        "distributed": DISTRIBUTED_CONSTRAINT,
         **KERNEL_CONSTRAINTS,
     }
 
     def __init__(self, penalty="linf", *, alphas=30, sigmas=30, kernel="rbf", cv=10,
                  max_iter=10000, tol=1e-6, fit_intercept=True, random_state=None, options=None,
-                 verbose=0):
+                 verbose=0, distributed="auto"):
         self.penalty = penalty
         self.alphas = alphas
         self.sigmas = sigmas
@@ -139,6 +147,7 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         self.random_state = random_state
         self.options = options
         self.verbose = verbose
+        self.distributed = distributed
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
@@ -165,12 +174,15 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         lam = penalty_grid(self.alphas, self.penalty, yc)
         kernels = grid_kernels(self.kernel, sig)
         folds = cv_folds(self.cv, X.shape[0], self.random_state)
+        # in a process group: bandwidths spread over the processes (same data on all)
         if self.penalty == "l2":
-            res = krr_grid_cv(X, yc, kernels, lam, folds)
+            grid_cv, folds = cv_solver(self, krr_grid_cv, X, y, folds)
+            res = grid_cv(X, yc, kernels, lam, folds)
         else:
-            res = penalized_grid_cv(X, yc, kernels, lam, folds, penalty=self.penalty,
-                                    max_iter=int(self.max_iter), tol=float(self.tol),
-                                    verbose=self.verbose)
+            grid_cv, folds = cv_solver(self, penalized_grid_cv, X, y, folds)
+            res = grid_cv(X, yc, kernels, lam, folds, penalty=self.penalty,
+                          max_iter=int(self.max_iter), tol=float(self.tol),
+                          verbose=self.verbose)
         i, j = res.best_index
         self.sigmas_, self.alphas_ = sig, lam
         self.cv_mse_ = res.cv_mse.detach().cpu().numpy()

@@ -313,31 +313,42 @@ class DoublyStochasticModel:
         (progressive validation).
         """
         X = X.to(dtype=self.dtype, device=self.device)
-        Y = Y.to(dtype=self.dtype, device=self.device).reshape(X.shape[0], -1)
+        Y = Y.to(dtype=self.dtype, device=self.device)
         w = (torch.ones(X.shape[0], dtype=self.dtype, device=self.device) if sample_weight
              is None else sample_weight.to(dtype=self.dtype, device=self.device))
         self.t += 1
         gamma = self.schedule(self.t)
-        F = self.decision_function(X)
-        if not torch.isfinite(F).all():
-            raise FloatingPointError(
-                f"Doubly stochastic training diverged at iteration {self.t} (non-finite "
-                "predictions); lower eta0 or use a decreasing learning rate."
-            )
-        target = torch.full_like(F, self.offset) if self.loss.has_offset else Y
-        G = self.loss.derivative(F, target) * w[:, None]  # (b, C)
-        j = self.n_blocks
-        if self.max_blocks is not None and self.n_blocks >= self.max_blocks:
-            j = (self.t - 1) % self.max_blocks
-        fb = self.block(j)
-        r, C = self.block_size, self.n_outputs
-        loss_sum = (self.loss.value(F, target) * w).sum()[None]
-        parts = [fb.t_matmul(X, G).reshape(-1), G.sum(0), loss_sum, w.sum()[None]]
-        if self.loss.has_offset:
-            parts.append(self.loss.offset_derivative(F, target).mul(w[:, None]).sum(0))
-        if self.precondition is not None:
-            Phi = fb(X)  # (b, r)
-            parts.append((Phi.T @ (Phi * w[:, None])).reshape(-1))
+        if X.shape[0] == 0:  # a data-parallel process holding no row of this global batch
+            j = self.n_blocks
+            if self.max_blocks is not None and self.n_blocks >= self.max_blocks:
+                j = (self.t - 1) % self.max_blocks
+            fb = self.block(j)
+            r, C = self.block_size, self.n_outputs
+            size = r * C + C + 2 + (C if self.loss.has_offset else 0) + (
+                r * r if self.precondition is not None else 0)
+            parts = [torch.zeros(size, dtype=self.dtype, device=self.device)]
+        else:
+            Y = Y.reshape(X.shape[0], -1)
+            F = self.decision_function(X)
+            if not torch.isfinite(F).all():
+                raise FloatingPointError(
+                    f"Doubly stochastic training diverged at iteration {self.t} (non-finite "
+                    "predictions); lower eta0 or use a decreasing learning rate."
+                )
+            target = torch.full_like(F, self.offset) if self.loss.has_offset else Y
+            G = self.loss.derivative(F, target) * w[:, None]  # (b, C)
+            j = self.n_blocks
+            if self.max_blocks is not None and self.n_blocks >= self.max_blocks:
+                j = (self.t - 1) % self.max_blocks
+            fb = self.block(j)
+            r, C = self.block_size, self.n_outputs
+            loss_sum = (self.loss.value(F, target) * w).sum()[None]
+            parts = [fb.t_matmul(X, G).reshape(-1), G.sum(0), loss_sum, w.sum()[None]]
+            if self.loss.has_offset:
+                parts.append(self.loss.offset_derivative(F, target).mul(w[:, None]).sum(0))
+            if self.precondition is not None:
+                Phi = fb(X)  # (b, r)
+                parts.append((Phi.T @ (Phi * w[:, None])).reshape(-1))
         sums = all_reduce_sum(torch.cat(parts))
         wsum = float(sums[r * C + C + 1])
         if wsum <= 0:

@@ -231,7 +231,9 @@ def nystrom_kernel_cache(source: DataSource, kernel: Kernel, centers: torch.Tens
     """
     C = centers.to(dtype)
     item = torch.empty((), dtype=dtype).element_size()
-    if source.n_samples * C.shape[0] * item > fraction * memory_budget(options):
+    # a shard stores only the rows this process holds
+    n_rows = getattr(source, "n_local", source.n_samples)
+    if n_rows * C.shape[0] * item > fraction * memory_budget(options):
         return None
     rows = block_rows(source.n_features, C.shape[0], dtype, options, block_size)
     return [(_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)

@@ -1,0 +1,359 @@
+"""Estimators fitted inside a process group distribute themselves (distributed="auto").
+
+Two Gloo processes each pass their own rows (uneven shards) to the ordinary ``fit``; the models
+must equal the single-process fit on the concatenated rows. Cross-validating estimators, given
+the whole training set on every process, spread their bandwidth grid and select the same model.
+"""
+
+import contextlib
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+
+from kernelflow.distributed import rank, spawn
+from kernelflow.estimators.doubly_stochastic_classifier import DoublyStochasticClassifier
+from kernelflow.estimators.doubly_stochastic_regressor import DoublyStochasticRegressor
+from kernelflow.estimators.kernel_ridge_cv import KernelRidgeCV
+from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+from kernelflow.estimators.nystrom_robust import NystromRobustRegressor
+from kernelflow.estimators.path_cv import KernelGradientDescentCV, KernelSignGradientCV
+from kernelflow.estimators.penalized_cv import PenalizedKernelRegressorCV
+
+RTOL = 1e-6
+N_NYS, CUT_NYS = 300, 111  # process 0 holds rows [0, 111), process 1 the other 189
+N_DS, CUT_DS = 100, 37  # 37 and 63 rows
+
+
+def _data(n, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-3, 3, (n, 2))
+    y = np.sin(X[:, 0]) + 0.5 * np.cos(X[:, 1]) + 0.1 * rng.randn(n)
+    return X, y
+
+
+def _weights(n):
+    return 0.5 + np.abs(np.cos(np.arange(n)))
+
+
+def _fits():
+    """(name, estimator, data kind, n, cut): fitted on each process's rows and on all rows."""
+    return [
+        # median-heuristic bandwidth (sigma=None) from the global rows
+        ("nystrom_krr", NystromKernelRidge(20, alpha=1e-2, random_state=0, max_iter=200),
+         "plain", N_NYS, CUT_NYS),
+        ("nystrom_krr_weighted_2d", NystromKernelRidge(30, alpha=1e-2, sigma=1.0,
+                                                       random_state=0, max_iter=200),
+         "weighted_2d", N_NYS, CUT_NYS),
+        ("nystrom_huber_early", NystromRobustRegressor(30, loss="huber", max_iter=20,
+                                                       early_stopping=True, random_state=0),
+         "outliers", N_NYS, CUT_NYS),
+        ("nystrom_lad", NystromRobustRegressor(30, sigma=1.0, max_iter=15, random_state=0),
+         "outliers", N_NYS, CUT_NYS),
+        ("ds_regressor", DoublyStochasticRegressor(batch_size=16, block_size=16, max_iter=2,
+                                                   early_stopping=True, random_state=0),
+         "plain", N_DS, CUT_DS),
+        ("ds_regressor_weighted", DoublyStochasticRegressor(sigma=1.0, batch_size="auto",
+                                                            block_size=16, max_iter=2,
+                                                            random_state=0),
+         "weighted", N_DS, CUT_DS),
+        # three classes, one of them only on process 1: classes_ is the union
+        ("ds_classifier", DoublyStochasticClassifier(loss="log_loss", sigma=1.0, batch_size=16,
+                                                     block_size=16, max_iter=2,
+                                                     random_state=0),
+         "labels", N_DS, CUT_DS),
+    ]
+
+
+def _xy(kind, n):
+    X, y = _data(n)
+    w = None
+    if kind == "outliers":
+        y = y.copy()
+        y[::25] += 20.0
+    elif kind == "weighted":
+        w = _weights(n)
+    elif kind == "weighted_2d":
+        y, w = np.stack([y, np.cos(X[:, 1])], 1), _weights(n)
+    elif kind == "labels":
+        y = np.where(X[:, 0] > 1.5, 2, (X[:, 1] > 0).astype(int))
+        y[:CUT_DS][y[:CUT_DS] == 2] = 1  # class 2 only among process 1's rows
+    return X, y, w
+
+
+def _fit(est, X, y, w):
+    return est.fit(X, y) if w is None else est.fit(X, y, sample_weight=w)
+
+
+def _summary(model, X):
+    coef = model.coef_ if hasattr(model, "coef_") else model.dual_coef_
+    pred = model.decision_function(X) if hasattr(model, "decision_function") else \
+        model.predict(X)
+    out = {"coef": np.asarray(coef, dtype=np.float64),
+           "pred": np.asarray(pred, dtype=np.float64)}
+    if hasattr(model, "kernel_"):
+        out["sigma"] = float(getattr(model.kernel_, "sigma", np.nan))
+    if hasattr(model, "classes_"):
+        out["classes"] = np.asarray(model.classes_)
+    if hasattr(model, "centers_"):
+        out["centers"] = np.asarray(model.centers_)
+    return out
+
+
+def _cv_estimators():
+    return {
+        "sign_cv": KernelSignGradientCV(sigmas=[0.1, 0.5, 1.0, 3.0], cv=4, learning_rate=0.05,
+                                        max_iter=300, n_iter_no_change=30, random_state=0),
+        "gd_cv": KernelGradientDescentCV(sigmas=3, cv=3, learning_rate=0.1, max_iter=200,
+                                         n_iter_no_change=20, random_state=0),
+        "penalized_l1_cv": PenalizedKernelRegressorCV("l1", alphas=[1e-2, 1e-1, 1.0],
+                                                      sigmas=[0.3, 1.0, 3.0], cv=3, tol=1e-6,
+                                                      max_iter=3000, random_state=0),
+        "penalized_l2_cv": PenalizedKernelRegressorCV("l2", alphas=4, sigmas=3, cv=3,
+                                                      random_state=0),
+        "krr_loo_cv": KernelRidgeCV(alphas=[1e-3, 1e-1, 1.0], sigmas=[0.3, 1.0, 3.0]),
+    }
+
+
+def _cv_summary(model, X):
+    out = {"sigma": model.sigma_, "pred": np.asarray(model.predict(X), dtype=np.float64)}
+    for name in ("alpha_", "n_iter_"):
+        if hasattr(model, name):
+            out[name] = getattr(model, name)
+    scores = getattr(model, "cv_mse_", None)
+    out["scores"] = np.asarray(scores if scores is not None else
+                               model.cv_results_["mean_error"], dtype=np.float64)
+    return out
+
+
+def _worker():
+    """Runs on each of the 2 processes: plain fit(X_mine, y_mine) calls, nothing else."""
+    r = rank()
+    out = {}
+    for name, est, kind, n, cut in _fits():
+        X, y, w = _xy(kind, n)
+        part = slice(0, cut) if r == 0 else slice(cut, n)
+        model = _fit(est, X[part], y[part], None if w is None else w[part])
+        out[name] = _summary(model, X[:40])
+    # partial_fit: two chunks, each split 37 / 63 over the processes
+    X, y = _data(2 * N_DS)
+    est = DoublyStochasticRegressor(sigma=1.0, batch_size=16, block_size=16, random_state=0)
+    for c in range(2):
+        lo = c * N_DS
+        part = slice(lo, lo + CUT_DS) if r == 0 else slice(lo + CUT_DS, lo + N_DS)
+        est.partial_fit(X[part], y[part])
+    out["partial_fit"] = _summary(est, X[:40])
+    # too many values to gather: centres from a global subsample, as on a DataSource
+    from kernelflow.distributed import auto
+
+    limit, auto.GATHER_LIMIT = auto.GATHER_LIMIT, 0
+    try:
+        X, y = _data(N_NYS)
+        part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
+        est = NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200)
+        out["no_gather_nystrom"] = _summary(est.fit(X[part], y[part]), X[:40])
+        X, y = _data(N_DS)
+        part = slice(0, CUT_DS) if r == 0 else slice(CUT_DS, N_DS)
+        est = DoublyStochasticRegressor(batch_size=16, block_size=16, max_iter=2, random_state=0)
+        out["no_gather_ds"] = _summary(est.fit(X[part], y[part]), X[:40])
+    finally:
+        auto.GATHER_LIMIT = limit
+    # distributed=False: each process fits its own rows alone, without communicating
+    X, y = _data(N_NYS)
+    part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
+    local = NystromKernelRidge(20, alpha=1e-2, random_state=0, distributed=False)
+    out["local"] = _summary(local.fit(X[part], y[part]), X[:40])
+    local_ds = DoublyStochasticRegressor(block_size=16, max_iter=2, random_state=0,
+                                         distributed="off")
+    out["local_ds"] = _summary(local_ds.fit(X[part], y[part]), X[:40])
+    # cross-validation: every process passes the whole training set
+    X, y = _data(60, seed=1)
+    for name, est in _cv_estimators().items():
+        out[name] = _cv_summary(est.fit(X, y), X[:20])
+    from kernelflow.distributed.cv import cv_solver
+    from kernelflow.solvers.path_cv import early_stopping_path_cv
+
+    solver, folds = cv_solver(KernelSignGradientCV(random_state=None), early_stopping_path_cv,
+                              torch.as_tensor(X), torch.as_tensor(y),
+                              [np.arange(r, 60, 3)])  # process 0's folds go to every process
+    out["dispatch"] = (solver is not early_stopping_path_cv, [f.tolist() for f in folds])
+    try:  # different training sets: a clear error on every process, no hang
+        KernelRidgeCV(alphas=[1.0], sigmas=[1.0]).fit(X[: 30 + r], y[: 30 + r])
+        out["cv_mismatch"] = "no error"
+    except ValueError as exc:
+        out["cv_mismatch"] = str(exc)
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_process():
+    return spawn(_worker, 2, timeout=30, max_seconds=100)
+
+
+@contextlib.contextmanager
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _close(a, b, rtol=RTOL):
+    np.testing.assert_allclose(a, b, rtol=0, atol=rtol * max(np.abs(b).max(), 1e-300))
+
+
+@pytest.mark.parametrize("name", [f[0] for f in _fits()])
+def test_auto_distributed_fit_equals_single_process_on_concatenated_rows(two_process, name):
+    est, kind, n = {f[0]: (f[1], f[2], f[3]) for f in _fits()}[name]
+    X, y, w = _xy(kind, n)
+    with _one_thread():
+        ref = _summary(_fit(clone(est), X, y, w), X[:40])
+    for r in range(2):
+        got = two_process[r][name]
+        assert got["coef"].shape == ref["coef"].shape
+        _close(got["coef"], ref["coef"])
+        _close(got["pred"], ref["pred"])
+        # the bandwidth (median heuristic when sigma=None) comes from the global rows
+        np.testing.assert_allclose(got["sigma"], ref["sigma"], rtol=1e-12)
+        if "centers" in ref:
+            np.testing.assert_array_equal(got["centers"], ref["centers"])
+        if "classes" in ref:
+            np.testing.assert_array_equal(got["classes"], [0, 1, 2])
+            np.testing.assert_array_equal(got["classes"], ref["classes"])
+    np.testing.assert_array_equal(two_process[0][name]["coef"], two_process[1][name]["coef"])
+
+
+def test_auto_distributed_partial_fit_equals_single_process(two_process):
+    X, y = _data(2 * N_DS)
+    est = DoublyStochasticRegressor(sigma=1.0, batch_size=16, block_size=16, random_state=0)
+    with _one_thread():
+        for c in range(2):
+            est.partial_fit(X[c * N_DS:(c + 1) * N_DS], y[c * N_DS:(c + 1) * N_DS])
+    ref = _summary(est, X[:40])
+    for r in range(2):
+        _close(two_process[r]["partial_fit"]["coef"], ref["coef"])
+        _close(two_process[r]["partial_fit"]["pred"], ref["pred"])
+
+
+def test_beyond_the_gather_limit_fits_equal_the_data_source_fit(two_process):
+    from kernelflow.distributed.fit import _BANDWIDTH_ROWS
+    from kernelflow.kernels import median_heuristic
+    from kernelflow.sources import ArraySource
+
+    X, y = _data(N_NYS)
+    with _one_thread():
+        ref = _summary(NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200).fit(
+            ArraySource(X, y)), X[:40])
+    X2, y2 = _data(N_DS)
+    # the bandwidth from _BANDWIDTH_ROWS rows drawn by global position (here: all of them)
+    assert N_DS <= _BANDWIDTH_ROWS
+    sigma = median_heuristic(torch.as_tensor(X2))
+    with _one_thread():
+        ref_ds = _summary(DoublyStochasticRegressor(sigma=sigma, batch_size=16, block_size=16,
+                                                    max_iter=2, random_state=0).fit(X2, y2),
+                          X2[:40])
+    for r in range(2):
+        got = two_process[r]["no_gather_nystrom"]
+        np.testing.assert_array_equal(got["centers"], ref["centers"])
+        _close(got["coef"], ref["coef"])
+        _close(got["pred"], ref["pred"])
+        _close(two_process[r]["no_gather_ds"]["coef"], ref_ds["coef"])
+
+
+def test_distributed_off_fits_each_process_alone(two_process):
+    X, y = _data(N_NYS)
+    for r, part in enumerate((slice(0, CUT_NYS), slice(CUT_NYS, N_NYS))):
+        with _one_thread():
+            ref = _summary(NystromKernelRidge(20, alpha=1e-2, random_state=0).fit(X[part],
+                                                                                   y[part]),
+                           X[:40])
+            ref_ds = _summary(DoublyStochasticRegressor(block_size=16, max_iter=2,
+                                                        random_state=0).fit(X[part], y[part]),
+                              X[:40])
+        _close(two_process[r]["local"]["coef"], ref["coef"], 1e-9)
+        _close(two_process[r]["local_ds"]["coef"], ref_ds["coef"], 1e-9)
+    # different rows, different models
+    assert not np.allclose(two_process[0]["local"]["pred"], two_process[1]["local"]["pred"])
+
+
+@pytest.mark.parametrize("name", list(_cv_estimators()))
+def test_cv_grid_spread_over_processes_selects_the_single_process_model(two_process, name):
+    X, y = _data(60, seed=1)
+    with _one_thread():
+        ref = _cv_summary(_cv_estimators()[name].fit(X, y), X[:20])
+    for r in range(2):
+        got = two_process[r][name]
+        assert got["sigma"] == ref["sigma"]
+        for key in ("alpha_", "n_iter_"):
+            if key in ref:
+                assert got[key] == ref[key]
+        # batched FISTA stops on the KKT tolerance of its batch: equal to that tolerance
+        rtol = 1e-4 if name == "penalized_l1_cv" else 1e-10
+        np.testing.assert_allclose(got["scores"], ref["scores"], rtol=rtol)
+        _close(got["pred"], ref["pred"], 1e-8)
+
+
+def test_cv_dispatches_to_the_spread_grid_with_process_0_folds(two_process):
+    for r in range(2):
+        spread, folds = two_process[r]["dispatch"]
+        assert spread and folds == [list(range(0, 60, 3))]
+
+
+def test_cv_with_different_data_on_the_processes_raises_everywhere(two_process):
+    for r in range(2):
+        msg = two_process[r]["cv_mismatch"]
+        assert "disagree across processes" in msg and "whole training set" in msg
+
+
+def test_distributed_true_without_a_process_group_raises():
+    X, y = _data(50)
+    with pytest.raises(ValueError, match="process group"):
+        NystromKernelRidge(10, distributed=True).fit(X, y)
+    with pytest.raises(ValueError, match="process group"):
+        DoublyStochasticRegressor(distributed="on").fit(X, y)
+    # "auto" and "off" are the ordinary fit on one process
+    a = NystromKernelRidge(10, random_state=0).fit(X, y).predict(X)
+    b = NystromKernelRidge(10, random_state=0, distributed="off").fit(X, y).predict(X)
+    np.testing.assert_array_equal(a, b)
+
+
+class _DyingRows:
+    """Process 1's rows as a DataSource that kills its process (SIGKILL) at the 4th pass."""
+
+    @staticmethod
+    def make(X, y):
+        from kernelflow.sources import ArraySource
+
+        class Dying(ArraySource):
+            def _raw_blocks(self, block_size):
+                import os
+                import signal
+
+                self.passes = getattr(self, "passes", 0) + 1
+                if rank() == 1 and self.passes == 4:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                yield from super()._raw_blocks(block_size)
+
+        return Dying(X, y)
+
+
+def _auto_fit_and_die():
+    X, y = _data(N_NYS)
+    part = slice(0, CUT_NYS) if rank() == 0 else slice(CUT_NYS, N_NYS)
+    NystromKernelRidge(20, alpha=1e-3, sigma=1.0, random_state=0).fit(
+        _DyingRows.make(X[part], y[part]))
+    return "finished"
+
+
+def test_process_killed_during_an_auto_distributed_fit_fails_clearly():
+    from kernelflow.distributed import DistributedError
+
+    with pytest.raises(DistributedError) as info:
+        spawn(_auto_fit_and_die, 2, timeout=15, grace=5, max_seconds=50)
+    msg = str(info.value)
+    assert "rank 1 died" in msg and "SIGKILL" in msg
+    assert "rank 0 error: DistributedError" in msg
+    assert "collective operation failed during NystromKernelRidge.fit" in msg
