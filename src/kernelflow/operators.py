@@ -37,8 +37,13 @@ class Options:
         means ``memory_fraction`` of the memory available when the call starts.
     memory_fraction : float, default=0.5
         Fraction of available memory used when ``memory_budget`` is None.
-    tile_elements : int, default=2**19
-        Target number of kernel entries per tile (about 2 MB in float32: cache-sized).
+    tile_bytes : int, default=2**23
+        Target size of one kernel tile in bytes (8 MiB: 2**21 entries in float32, 2**20 in
+        float64). Each tile is written by a GEMM, exponentiated in place and read by the
+        product with the right-hand side while it is still in cache; 8 MiB was the fastest
+        size for both dtypes on the reference machine (``docs/performance/foundation.md``).
+    tile_elements : int, optional
+        Number of kernel entries per tile; overrides ``tile_bytes`` when given.
     accumulate_float64 : bool, default=False
         Compute tiles in the input dtype but accumulate products in float64.
     device : str or torch.device, optional
@@ -59,7 +64,8 @@ class Options:
 
     memory_budget: int | None = None
     memory_fraction: float = 0.5
-    tile_elements: int = 2**19
+    tile_bytes: int = 2**23
+    tile_elements: int | None = None
     accumulate_float64: bool = False
     device: str | torch.device | None = None
     cholesky_max_size: int = 30000
@@ -67,6 +73,12 @@ class Options:
 
     def replace(self, **changes) -> Options:
         return dataclasses.replace(self, **changes)
+
+    def tile_size(self, itemsize: int) -> int:
+        """Kernel entries per tile for elements of ``itemsize`` bytes."""
+        if self.tile_elements is not None:
+            return int(self.tile_elements)
+        return max(1, int(self.tile_bytes) // int(itemsize))
 
     def cg_tolerance(self, dtype: torch.dtype) -> float:
         if self.cg_tol is not None:
@@ -117,7 +129,7 @@ class KernelOperator:
     Notes
     -----
     Cost of ``K @ V`` with V of shape (n2, t): O(n1 n2 (d + t)) flops plus n1 n2 kernel-map
-    evaluations; memory O(tile + n1 t). Tiles are ``tile_elements`` entries; for n2 larger than
+    evaluations; memory O(tile + n1 t). Tiles are ``Options.tile_bytes`` large; for n2 larger than
     4096 the column dimension is split as well.
 
     Examples
@@ -185,7 +197,7 @@ class KernelOperator:
         n1, n2 = self.shape
         item = self.X1.element_size()
         budget_elems = max(self._budget() // (3 * item), 4096)  # tile + kernel scratch
-        target = min(self.options.tile_elements, budget_elems)
+        target = min(self.options.tile_size(item), budget_elems)
         bm = n2 if full_rows else min(n2, 4096)
         bn = max(1, min(n1, target // max(bm, 1)))
         if full_rows and bn * bm > budget_elems:

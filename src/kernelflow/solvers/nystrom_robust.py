@@ -133,7 +133,8 @@ def nystrom_loss_pass(
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
     C = centers.to(dtype)
     M, t = C.shape[0], coef.shape[1]
-    tile = max(1, (options or Options()).tile_elements // max(M, 1))
+    item = torch.empty((), dtype=dtype).element_size()
+    tile = max(1, (options or Options()).tile_size(item) // max(M, 1))
     grad = torch.zeros(M, t, dtype=_F64)
     psi_sum = torch.zeros(t, dtype=_F64)
     loss_sum = torch.zeros(t, dtype=_F64)
