@@ -19,6 +19,7 @@ import torch
 __all__ = [
     "PENALTIES",
     "soft_threshold",
+    "l1_ball_threshold",
     "project_l1_ball",
     "prox_linf",
     "prox_l2",
@@ -48,17 +49,79 @@ def soft_threshold(v: torch.Tensor, c) -> torch.Tensor:
     return torch.sign(v) * (v.abs() - _c(c, v)).clamp_min(0.0)
 
 
+def l1_ball_threshold(a: torch.Tensor, radius, theta0=None) -> torch.Tensor:
+    """The level theta >= 0 with sum_i (a_i - theta)_+ = radius, for a >= 0 (last dimension).
+
+    phi(theta) = sum_i (a_i - theta)_+ - radius is convex, piecewise linear and decreasing, and
+    the Newton step theta <- (sum_{a_i > theta} a_i - radius) / #{a_i > theta} lands at or left
+    of the root from either side; from the left it increases monotonically and stops exactly,
+    after at most n steps, once the set {a_i > theta} no longer changes (Michelot 1986;
+    Condat 2016). ``theta0`` (any value, e.g. the previous iterate's level in a proximal
+    method) warm-starts it, which usually leaves one or two vectorised O(n) passes; the cold
+    start is (sum a - radius) / n, left of the root. Rows with sum a <= radius get 0.
+    No sort is needed (Duchi et al. 2008 sort in O(n log n)).
+
+    Examples
+    --------
+    >>> import torch
+    >>> float(l1_ball_threshold(torch.tensor([3.0, 1.0, 0.5]), 2.0))
+    1.0
+    """
+    return _l1_level(a, _c(radius, a), theta0)[0]
+
+
+def _l1_level(a, radius, theta0):
+    # Newton on phi in the form theta + phi(theta) / #{a > theta}, three passes over a per step.
+    # The active sets are nested along the iteration, so an unchanged count means an unchanged
+    # set, i.e. the last step was exact; rows that are done leave the working set, so the few
+    # rows that need many steps cost little.
+    n = a.shape[-1]
+    lead = a.shape[:-1]
+    a2 = a.reshape(-1, n)
+    B = a2.shape[0]
+    radius = torch.as_tensor(radius, dtype=a.dtype, device=a.device)
+    r2 = radius.expand(*lead, 1).reshape(B, 1) if radius.ndim else radius.expand(B, 1)
+    total = a2.sum(dim=-1, keepdim=True)
+    cold = ((total - r2) / n).clamp_min(0.0)
+    if theta0 is None:
+        theta = cold.clone()
+    else:
+        t0 = torch.as_tensor(theta0, dtype=a.dtype, device=a.device)
+        theta = (t0.expand(*lead, 1).reshape(B, 1) if t0.ndim else t0.expand(B, 1)).clone()
+    rows = None  # None: every row is still iterating
+    last = None
+    for _ in range(n + 2):
+        sub = a2 if rows is None else a2.index_select(0, rows)
+        th = theta if rows is None else theta.index_select(0, rows)
+        rr = r2 if rows is None else r2.index_select(0, rows)
+        cc = cold if rows is None else cold.index_select(0, rows)
+        d = (sub - th).clamp_min_(0.0)
+        count = torch.count_nonzero(d, dim=-1).unsqueeze(-1)
+        phi = d.sum(dim=-1, keepdim=True) - rr
+        new = torch.where(count > 0, th + phi / count.clamp_min(1), cc).clamp_min_(0.0)
+        if rows is None:
+            theta = new
+        else:
+            theta.index_copy_(0, rows, new)
+        if last is not None:
+            going = (count != last).reshape(-1)
+            if not bool(going.any()):
+                break
+            keep = torch.nonzero(going).reshape(-1)
+            rows = keep if rows is None else rows.index_select(0, keep)
+            count = count.index_select(0, keep)
+        last = count
+    inside = total <= r2
+    theta = theta.masked_fill_(inside, 0.0)
+    return theta.reshape(*lead, 1), inside.reshape(*lead, 1)
+
+
 def project_l1_ball(v: torch.Tensor, radius) -> torch.Tensor:
     """Euclidean projection onto {w : ||w||_1 <= radius} along the last dimension.
 
-    w = sign(v) max(|v| - theta, 0) with theta >= 0 the root of
-    phi(theta) = sum_i (|v_i| - theta)_+ - radius (v itself when it lies in the ball). phi is
-    convex, piecewise linear and decreasing, so Newton's method started left of the root,
-    at theta_0 = (||v||_1 - radius) / n, increases monotonically and stops exactly, after at
-    most n steps, once the set {|v_i| > theta} no longer changes (Michelot 1986; Condat 2016):
-    theta_{k+1} = (sum_{|v_i| > theta_k} |v_i| - radius) / #{|v_i| > theta_k}. In practice a
-    few vectorised passes, O(n) each, with no sort (Duchi et al. 2008 sort in O(n log n)).
-    Every problem of a batch stops on its own (finished rows are frozen).
+    w = sign(v) max(|v| - theta, 0) with theta from :func:`l1_ball_threshold` (v itself when it
+    lies in the ball). A few vectorised O(n) passes; every problem of a batch has its own
+    radius (broadcast as (..., 1)).
 
     Examples
     --------
@@ -68,27 +131,18 @@ def project_l1_ball(v: torch.Tensor, radius) -> torch.Tensor:
     """
     radius = _c(radius, v)
     a = v.abs()
-    n = v.shape[-1]
-    total = a.sum(dim=-1, keepdim=True)
-    theta = ((total - radius) / n).clamp_min(0.0)
-    active = a > theta
-    for _ in range(n):
-        count = active.sum(dim=-1, keepdim=True)
-        theta = ((a * active).sum(dim=-1, keepdim=True) - radius) / count.clamp_min(1)
-        theta = theta.clamp_min(0.0)
-        now = a > theta
-        if torch.equal(now, active):
-            break
-        active = now
+    theta = l1_ball_threshold(a, radius)
     w = torch.sign(v) * (a - theta).clamp_min(0.0)
-    inside = total <= radius
+    inside = a.sum(dim=-1, keepdim=True) <= radius
     w = torch.where(inside, v, w)
     return torch.where(radius <= 0, torch.zeros_like(v), w)
 
 
-def prox_linf(v: torch.Tensor, c) -> torch.Tensor:
-    """prox of c ||.||_inf: ``v - Pi_{B1(c)}(v)``; caps every |v_i| at the level c' with
-    sum_i (|v_i| - c')_+ = c, and is 0 when ||v||_1 <= c. Cost a few O(n) passes.
+def prox_linf(v: torch.Tensor, c, *, theta0=None, return_level: bool = False):
+    """prox of c ||.||_inf: ``v - Pi_{B1(c)}(v)`` = ``clip(v, -theta, theta)``, with the cap
+    theta from :func:`l1_ball_threshold` (sum_i (|v_i| - theta)_+ = c), and 0 when
+    ||v||_1 <= c. ``theta0`` warm-starts the cap (e.g. the previous iteration's, obtained with
+    ``return_level=True``, which returns ``(prox, theta)``). Cost a few O(n) passes.
 
     Examples
     --------
@@ -96,7 +150,14 @@ def prox_linf(v: torch.Tensor, c) -> torch.Tensor:
     >>> prox_linf(torch.tensor([3.0, -1.0, 0.5]), 2.0).tolist()
     [1.0, -1.0, 0.5]
     """
-    return v - project_l1_ball(v, c)
+    c = _c(c, v)
+    theta, inside = _l1_level(v.abs(), c, theta0)
+    out = torch.clamp(v, min=-theta, max=theta)
+    if bool(inside.any()):
+        out = torch.where(inside, torch.zeros_like(v), out)
+    if bool((c <= 0).any()):
+        out = torch.where(c <= 0, v, out)
+    return (out, theta) if return_level else out
 
 
 def prox_l2(v: torch.Tensor, c) -> torch.Tensor:
