@@ -236,9 +236,29 @@ def _factor_groups(ids, K, rel_tol=None):
     return parts
 
 
+def _compact_folds(stop, fid, min_gain=0.75):
+    """Per bandwidth, the positions of its unfinished folds first; None if not worth it.
+
+    Returns ``sel`` of shape (G, F') with F' the largest number of unfinished folds of any
+    bandwidth, when F' <= ``min_gain`` times the current fold dimension.
+    """
+    active = stop == 0
+    width = int(active.sum(1).max())
+    if width == 0 or width > min_gain * stop.shape[1]:
+        return None
+    order = torch.argsort((~active).to(torch.int8), dim=1, stable=True)
+    return order[:, :width]
+
+
 def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step, step_size,
                chunk, max_iter, patience, fold_mse, best_iter, n_iter, bar):
-    """Advance the problems of bandwidths ``ids`` until all stop; write their results."""
+    """Advance the problems of bandwidths ``ids`` until all stop; write their results.
+
+    Finished problems leave the batch: a bandwidth leaves once all its folds have stopped, and
+    within the remaining bandwidths the fold dimension shrinks to the largest number of
+    unfinished folds (each bandwidth's unfinished folds first, ``fid`` keeping their fold
+    numbers), so long-running folds do not keep finished ones computing.
+    """
     G, F, n = ids.numel(), train.shape[0], train.shape[1]
     dt, dev = y.dtype, y.device
     state = _SpectralGD(P1, y, train, val, step_size, chunk) if spectral else None
@@ -248,39 +268,64 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
     best = torch.full((G, F), math.inf, dtype=dt, device=dev)
     b_it = torch.zeros(G, F, dtype=torch.long, device=dev)
     stop = torch.zeros(G, F, dtype=torch.long, device=dev)
+    fid = torch.arange(F, device=dev).expand(G, F)  # fold number of each slot
+    train_g, weights_g = train.expand(G, F, n), weights.expand(G, F, n)
+
+    def record(rows, mask):
+        g = ids[rows].unsqueeze(1).expand_as(fid[rows])[mask]
+        f = fid[rows][mask]
+        fold_mse[g, f], best_iter[g, f] = best[rows][mask], b_it[rows][mask]
+        n_iter[g, f] = stop[rows][mask]
+
     k = 0
     while k < max_iter and ids.numel() > 0:
         c = min(chunk, max_iter - k)
         if spectral:
             M = state.val_mse(k, c, weights_val)
         else:
+            yt = y * train_g
             for j in range(c):
-                R = torch.sub(y, Z).mul_(train)  # zero on validation rows: they never move
-                A = step(A, R, step_size)
+                # r on training rows (zero on validation rows: they never move)
+                R = torch.addcmul(yt, Z, train_g, value=-1.0)
+                if step is sign_step:  # the same update, in place: two passes instead of three
+                    A.add_(R.sign_(), alpha=step_size)
+                else:
+                    A = step(A, R, step_size)
                 if P2 is None:
                     Z = torch.bmm(A, P1, out=H[j])  # rows K alpha_f (K symmetric)
                 else:
                     Z = torch.bmm(torch.bmm(A, P1), P2, out=H[j])  # (alpha L) L^T
-            M = ((H[:c] - y).square_().mul_(weights)).sum(-1)  # (c, G, F)
+            M = ((H[:c] - y).square_().mul_(weights_g)).sum(-1)  # (c, G, F)
         _scan_chunk(M, k, best, b_it, stop, patience)
         k += c
         if bar is not None:
             bar.update(c)
         done = (stop > 0).all(1)
         if done.any():  # drop finished bandwidths from the batch
-            fin = ids[done]
-            fold_mse[fin], best_iter[fin], n_iter[fin] = best[done], b_it[done], stop[done]
+            every = torch.ones_like(fid, dtype=torch.bool)[done]
+            record(torch.nonzero(done).reshape(-1), every)
             keep = ~done
             ids, A, best, b_it, stop = ids[keep], A[keep], best[keep], b_it[keep], stop[keep]
+            fid, train_g, weights_g = fid[keep], train_g[keep], weights_g[keep]
             P1 = P1[keep]
             P2 = None if P2 is None else P2[keep]
             H = H[:, keep].contiguous()
             Z = H[c - 1] if not spectral else Z
             if spectral:
                 state.keep(keep)
+        sel = None if spectral or ids.numel() == 0 else _compact_folds(stop, fid)
+        if sel is not None:  # drop finished folds of the remaining bandwidths
+            rows = torch.arange(ids.numel(), device=dev)
+            record(rows, stop > 0)
+            pick = sel.unsqueeze(-1).expand(-1, -1, n)
+            A, Z = A.gather(1, pick), Z.gather(1, pick)
+            best, b_it, stop = best.gather(1, sel), b_it.gather(1, sel), stop.gather(1, sel)
+            fid = fid.gather(1, sel)
+            train_g, weights_g = train[fid], weights[fid]
+            H = torch.empty(chunk, *A.shape, dtype=dt, device=dev)
     if ids.numel() > 0:  # reached max_iter
         stop = torch.where(stop > 0, stop, torch.full_like(stop, k))
-        fold_mse[ids], best_iter[ids], n_iter[ids] = best, b_it, stop
+        record(torch.arange(ids.numel(), device=dev), torch.ones_like(stop, dtype=torch.bool))
     return k
 
 
