@@ -38,7 +38,16 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
         run stops once max|y - K alpha| <= tol max|y|.
     early_stopping : bool, default=True
     validation_fraction : float, default=0.1
+        Share of the (weighted) rows held out to choose the stopping time. Whole distinct
+        inputs are held out, in a pseudo-random order seeded by ``random_state`` and fixed by
+        the rows' values (:func:`~kernelflow.solvers.early_stopping.validation_weights`), so
+        copies of a row never straddle the split and integer weights act as repeated rows.
     n_iter_no_change : int, default=100
+        Patience of the validation monitor (the paper uses 100).
+    validation_loss : {"squared", "absolute"}, default="squared"
+        Loss monitored on the validation rows: weighted mean squared error (the paper's choice
+        for every method) or mean absolute error, which gross outliers among the validation
+        rows cannot dominate.
     random_state : int, RandomState instance or None, default=None
         Seed of the validation split.
     kernel : str or Kernel, default="rbf"
@@ -85,7 +94,8 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
     _parameter_constraints: dict = {**PATH_CONSTRAINTS, **KERNEL_CONSTRAINTS}
 
     def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
-                 validation_fraction=0.1, n_iter_no_change=100, random_state=None, kernel="rbf",
+                 validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
+                 random_state=None, kernel="rbf",
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, options=None,
                  verbose=0):
         self.learning_rate = learning_rate
@@ -94,6 +104,7 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.validation_loss = validation_loss
         self.random_state = random_state
         self.kernel = kernel
         self.sigma = sigma
@@ -110,19 +121,24 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
         return {}
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the model.
 
         Parameters
         ----------
         X : array-like or tensor of shape (n_samples, n_features)
         y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights w; every coordinate m attaining max_i |r_i| moves by
+            eta w_m sign(r_m) (an integer weight equals repeating the row, whose copies tie and
+            move together; rows of weight 0 are dropped). The validation split and loss are
+            weighted too.
 
         Returns
         -------
         self : object
         """
-        _fit_path_estimator(self, X, y)
+        _fit_path_estimator(self, X, y, sample_weight)
         nz = self.dual_coef_ != 0
         if nz.ndim == 2:
             nz = nz.any(dim=1)

@@ -22,6 +22,7 @@ PATH_CONSTRAINTS = {
     "early_stopping": ["boolean"],
     "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
     "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+    "validation_loss": [StrOptions({"squared", "absolute"})],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
 }
@@ -54,8 +55,16 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
         improvement; without, the run stops once ||y - K alpha||_2 <= tol ||y||_2.
     early_stopping : bool, default=True
     validation_fraction : float, default=0.1
+        Share of the (weighted) rows held out to choose the stopping time. Whole distinct
+        inputs are held out, in a pseudo-random order seeded by ``random_state`` and fixed by
+        the rows' values (:func:`~kernelflow.solvers.early_stopping.validation_weights`), so
+        copies of a row never straddle the split and integer weights act as repeated rows.
     n_iter_no_change : int, default=100
         Patience of the validation monitor (the paper uses 100).
+    validation_loss : {"squared", "absolute"}, default="squared"
+        Loss monitored on the validation rows: weighted mean squared error (the paper's choice
+        for every method) or mean absolute error, which gross outliers among the validation
+        rows cannot dominate.
     momentum : float, default=0.0
         Momentum factor gamma in [0, 1).
     nesterov : bool, default=False
@@ -119,15 +128,17 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
     }
 
     def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
-                 validation_fraction=0.1, n_iter_no_change=100, momentum=0.0, nesterov=False,
-                 method="auto", random_state=None, kernel="rbf", sigma=None, gamma=None,
-                 degree=3, coef0=1.0, fit_intercept=True, options=None, verbose=0):
+                 validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
+                 momentum=0.0, nesterov=False, method="auto", random_state=None, kernel="rbf",
+                 sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, options=None,
+                 verbose=0):
         self.learning_rate = learning_rate
         self.max_iter = max_iter
         self.tol = tol
         self.early_stopping = early_stopping
         self.validation_fraction = validation_fraction
         self.n_iter_no_change = n_iter_no_change
+        self.validation_loss = validation_loss
         self.momentum = momentum
         self.nesterov = nesterov
         self.method = method
@@ -147,19 +158,24 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
     _path_function = staticmethod(gradient_descent_path)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the model.
 
         Parameters
         ----------
         X : array-like or tensor of shape (n_samples, n_features)
         y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights w; the update becomes alpha += eta W (y - K alpha), i.e.
+            gradient descent on 1/2 ||W^1/2 y - M beta||^2_{M^-1} with M = W^1/2 K W^1/2 and
+            alpha = W^1/2 beta (an integer weight equals repeating the row; rows of weight 0
+            are dropped). The validation split and loss are weighted too.
 
         Returns
         -------
         self : object
         """
-        return _fit_path_estimator(self, X, y)
+        return _fit_path_estimator(self, X, y, sample_weight)
 
     def predict(self, X):
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.
@@ -175,17 +191,39 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
         return self._kernel_predict(X)
 
 
-def _fit_path_estimator(est, X, y):
-    """Shared fit of the path estimators: validate, centre, run :func:`fit_path`, store."""
-    X, y, _, _ = check_X_y(est, X, y)
+def _drop_zero_weights(X, y, sw):
+    """Remove rows of zero weight (they must act as absent rows); check the weights."""
+    if sw is None:
+        return X, y, None
+    if bool((sw < 0).any()):
+        raise ValueError("sample_weight must be non-negative.")
+    keep = sw > 0
+    if not bool(keep.any()):
+        raise ValueError("sample_weight must have at least one positive entry.")
+    if bool(keep.all()):
+        return X, y, sw
+    return X[keep], y[keep], sw[keep]
+
+
+def _fit_path_estimator(est, X, y, sample_weight=None):
+    """Shared fit of the path estimators: validate, centre, run :func:`fit_path`, store.
+
+    Rows of zero weight are removed before anything else (so ``X_fit_`` holds the rows with a
+    positive weight); the remaining weights scale each row's update (see :func:`~kernelflow.
+    solvers.early_stopping.weighted_path`), the intercept is the weighted mean, and the
+    validation split and the monitored loss are weighted.
+    """
+    X, y, sw, _ = check_X_y(est, X, y, sample_weight=sample_weight)
+    X, y, sw = _drop_zero_weights(X, y, sw)
     est.kernel_ = est._build_kernel(X)
-    yc, est.intercept_ = est._center_targets(y, None)
+    yc, est.intercept_ = est._center_targets(y, sw)
     fit = fit_path(
         est._path_function, est.kernel_, X, yc, learning_rate=est.learning_rate,
         max_iter=est.max_iter, early_stopping=est.early_stopping,
         validation_fraction=est.validation_fraction, n_iter_no_change=est.n_iter_no_change,
         tol=est.tol, random_state=est.random_state, options=est._options(),
-        verbose=est.verbose, **est._path_kwargs(),
+        verbose=est.verbose, sample_weight=sw, validation_loss=est.validation_loss,
+        **est._path_kwargs(),
     )
     est.X_fit_ = X
     est.dual_coef_ = fit.alpha

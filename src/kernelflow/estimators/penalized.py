@@ -12,6 +12,7 @@ from ..operators import KernelOperator
 from ..solvers.proximal import proximal_gradient
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from .gradient_descent import _drop_zero_weights
 
 __all__ = ["PenalizedKernelRegressor"]
 
@@ -108,28 +109,56 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
         self.options = options
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the model.
 
         Parameters
         ----------
         X : array-like or tensor of shape (n_samples, n_features)
         y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights w, W = diag(w), defined so that an integer weight equals
+            repeating the row (the copies' coefficients add up to alpha_i). Minimising the
+            objective over repeated rows gives
+            1/2 alpha^T K alpha - y^T alpha + alpha_pen P_w(alpha) with
+            P_w = ||W^-1 alpha||_inf (linf), ||alpha||_1 (l1), 1/2 alpha^T W^-1 alpha (l2, i.e.
+            weighted kernel ridge (K + alpha_pen W^-1) alpha = y). The l2 case is the weighted
+            data fit sum_i w_i (y_i - f_i)^2 / 2 + alpha_pen / 2 ||f||_H^2; in this dual form
+            the l1 penalty is unchanged by positive weights (repeating a row does not change
+            Kl1R). Rows of weight 0 are dropped. Solved as the unweighted problem in
+            gamma = W^-1 alpha (linf: kernel W K W, targets W y) or beta = W^-1/2 alpha
+            (l2: kernel W^1/2 K W^1/2, targets W^1/2 y). ``tol`` then applies to that problem.
+            Identical rows (x_i, y_i) are merged into one row carrying their summed weight
+            before solving: the same minimiser, without the exactly singular directions that
+            copies add to K.
 
         Returns
         -------
         self : object
         """
-        X, y, _, _ = check_X_y(self, X, y)
+        X, y, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
+        X, y, sw = _drop_zero_weights(X, y, sw)
+        X, y, sw = _merge_duplicates(X, y, sw)
+        if sw is not None and bool((sw == 1).all()):
+            sw = None
         self.kernel_ = self._build_kernel(X)
-        yc, self.intercept_ = self._center_targets(y, None)
+        yc, self.intercept_ = self._center_targets(y, sw)
         op = KernelOperator(self.kernel_, X, options=self._options())
         K = op.to_dense() if op.fits_in_memory(copies=3) else op
+        scale = None
+        if sw is not None and self.penalty != "l1":
+            if not isinstance(K, torch.Tensor):
+                raise ValueError("sample_weight needs the kernel matrix in memory; raise "
+                                 "options.memory_budget or drop the weights.")
+            scale = sw if self.penalty == "linf" else sw.sqrt()
+            K = scale[:, None] * K * scale[None, :]
+            yc = yc * (scale if yc.ndim == 1 else scale[:, None])
         res = proximal_gradient(K, yc, float(self.alpha), penalty=self.penalty,
                                 learning_rate=self.learning_rate, max_iter=self.max_iter,
                                 tol=self.tol)
         self.X_fit_ = X
-        self.dual_coef_ = res.alpha
+        self.dual_coef_ = res.alpha if scale is None else \
+            res.alpha * (scale if res.alpha.ndim == 1 else scale[:, None])
         nz = res.alpha != 0
         if nz.ndim == 2:
             nz = nz.any(dim=1)
@@ -151,3 +180,17 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
         y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
         """
         return self._kernel_predict(X)
+
+
+def _merge_duplicates(X, y, sw):
+    """Merge identical rows (x_i, y_i) into one row whose weight is their summed weight."""
+    n = X.shape[0]
+    data = torch.cat([X.reshape(n, -1), y.reshape(n, -1).to(X.dtype)], dim=1)
+    uniq, inv = torch.unique(data, dim=0, return_inverse=True)
+    if uniq.shape[0] == n:
+        return X, y, sw
+    w = torch.ones(n, dtype=X.dtype, device=X.device) if sw is None else sw
+    merged = torch.zeros(uniq.shape[0], dtype=w.dtype, device=w.device).index_add_(0, inv, w)
+    d = X.shape[1]
+    y_new = uniq[:, d:].to(y.dtype)
+    return uniq[:, :d].contiguous(), (y_new[:, 0] if y.ndim == 1 else y_new), merged

@@ -6,6 +6,11 @@ the validation mean squared error of ``K_val alpha_k`` is computed (incrementall
 functions), the best value and its iteration are remembered, and the run ends after
 ``n_iter_no_change`` consecutive iterates without an improvement of more than ``tol`` (Allerbo,
 Sec. 6: patience 100). The estimators then refit on all rows for the chosen number of steps.
+
+Sample weights (:func:`weighted_path`) scale each row's update so that an integer weight acts as
+repeating the row; the validation rows are chosen by :func:`validation_weights` (whole distinct
+inputs, independent of row order) and the monitored loss (:func:`validation_loss`: squared, the
+paper's choice, or absolute, robust to outlying validation responses) is weighted.
 """
 
 from __future__ import annotations
@@ -18,16 +23,23 @@ import numpy as np
 import torch
 
 from ..distributed._comm import all_reduce_sum, is_distributed
-from ..linalg import symmetric_eigh
+from ..linalg import power_iteration, symmetric_eigh
 from ..operators import KernelOperator, Options
+from ..utils._progress import progress
 from .paths import (
     SPECTRAL_MAX_N,
+    DivergenceError,
+    PathResult,
+    _Matrix,
+    _out,
+    _prepare,
     check_gradient_learning_rate,
     coordinate_descent_path,
     coordinate_learning_rate,
     gradient_descent_path,
     gradient_learning_rate,
     largest_eigenvalue,
+    sign_gradient_path,
     sign_learning_rate,
     spectral_filter,
 )
@@ -36,7 +48,11 @@ __all__ = [
     "EarlyStopping",
     "EarlyStoppingResult",
     "validation_split",
+    "validation_weights",
+    "row_content_hash",
     "validation_mse",
+    "validation_loss",
+    "weighted_path",
     "early_stopped_path",
     "PathFit",
     "fit_path",
@@ -124,7 +140,8 @@ def validation_split(n: int, validation_fraction: float,
     """Random split of ``range(n)`` into training and validation indices.
 
     The validation part has ``ceil(validation_fraction * n)`` rows (at least 1) and the training
-    part at least one row.
+    part at least one row. (The estimators use :func:`validation_weights`, which splits by row
+    content and respects sample weights.)
 
     Examples
     --------
@@ -146,6 +163,123 @@ def validation_split(n: int, validation_fraction: float,
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """splitmix64 finaliser on uint64 arrays (a bijection with good avalanche)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _seed_of(random_state) -> int:
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(2**31 - 1))
+    if random_state is None:
+        return int(np.random.randint(2**31 - 1))
+    return int(random_state)
+
+
+def row_content_hash(X: torch.Tensor, seed: int) -> np.ndarray:
+    """Seeded 64-bit hash of every row of X: equal rows get equal hashes.
+
+    Depends on the row's values and ``seed`` only, not on its position. Cost O(n d).
+
+    Examples
+    --------
+    >>> h = row_content_hash(torch.tensor([[0.0, 1.0], [1.0, 1.0], [0.0, 1.0]]), seed=0)
+    >>> bool(h[0] == h[2]), bool(h[0] != h[1])
+    (True, True)
+    """
+    n = X.shape[0]
+    words = (X.reshape(n, -1).to(torch.float64).cpu().numpy() + 0.0).view(np.uint64)
+    with np.errstate(over="ignore"):  # + 0.0 above maps -0.0 to 0.0
+        h = np.full(n, _mix64(np.uint64(seed) * _GOLDEN + _GOLDEN), dtype=np.uint64)
+        for j in range(words.shape[1]):
+            h = _mix64((h ^ words[:, j]) + _GOLDEN)
+    return h
+
+
+def validation_weights(X: torch.Tensor, y: torch.Tensor, sample_weight: torch.Tensor | None,
+                       validation_fraction: float, random_state=None):
+    """Split the (weighted) rows into a training and a validation part by row content.
+
+    Distinct inputs x_i are put in a pseudo-random order given by a seeded hash of their values
+    (:func:`row_content_hash`); all rows sharing an input then go to validation together, in
+    that order, until the validation part holds at least ``validation_fraction`` of the total
+    weight, and at least one distinct input is left for training. Copies of a row always fall
+    on the same side (no row is both trained on and validated on), the split does not depend
+    on y (so every target of a multi-output fit shares it), and it depends neither on the row
+    order nor on whether a row is repeated or carries an integer weight: fitting with integer
+    weights equals fitting on repeated rows. For n distinct unweighted inputs the validation
+    part has ``ceil(validation_fraction * n)`` rows, as a random permutation split would. If
+    all inputs are equal, rows are grouped by (x_i, y_i) instead. Cost O(n d + n log n).
+
+    Parameters
+    ----------
+    X : tensor of shape (n, d)
+    y : tensor of shape (n,) or (n, t)
+    sample_weight : tensor of shape (n,) or None
+        Non-negative weights; rows of weight 0 are on neither side.
+    validation_fraction : float in (0, 1)
+    random_state : int, RandomState or None
+
+    Returns
+    -------
+    w_train, w_val : tensors of shape (n,)
+        Weight of each row in the training part and in the validation part (one of them is 0).
+
+    Examples
+    --------
+    >>> X = torch.arange(10, dtype=torch.float64)[:, None]
+    >>> w_tr, w_va = validation_weights(X, X[:, 0], None, 0.2, random_state=0)
+    >>> int((w_va > 0).sum()), bool(((w_tr > 0) ^ (w_va > 0)).all())
+    (2, True)
+    """
+    if not 0.0 < float(validation_fraction) < 1.0:
+        raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}.")
+    n = X.shape[0]
+    w = (torch.ones(n, dtype=torch.float64) if sample_weight is None
+         else sample_weight.detach().to(device="cpu", dtype=torch.float64))
+    w_np = w.numpy()
+    pos = w_np > 0
+    if int(pos.sum()) < 2:
+        raise ValueError(
+            "early stopping needs at least 2 samples to hold out a validation set, got "
+            f"{int(pos.sum())} sample."
+        )
+    seed = _seed_of(random_state)
+    groups, inv = np.unique(row_content_hash(X, seed)[pos], return_inverse=True)  # random order
+    if groups.size < 2:
+        n = X.shape[0]
+        Xy = torch.cat([X.reshape(n, -1), y.reshape(n, -1).to(X.dtype)], dim=1)
+        groups, inv = np.unique(row_content_hash(Xy, seed)[pos], return_inverse=True)
+    if groups.size < 2:
+        raise ValueError("early stopping needs at least 2 distinct samples (rows of X and y) to "
+                         "hold out a validation set; all samples are identical.")
+    gw = np.bincount(inv, weights=w_np[pos], minlength=groups.size)
+    target = float(validation_fraction) * float(gw.sum()) * (1.0 - 1e-12)
+    n_val = int(np.searchsorted(np.cumsum(gw), target, side="left")) + 1
+    n_val = min(max(n_val, 1), groups.size - 1)
+    in_val = np.zeros(n, dtype=bool)
+    in_val[np.flatnonzero(pos)] = inv < n_val
+    val = torch.as_tensor(in_val, device=X.device)
+    wd = w.to(device=X.device, dtype=X.dtype)
+    zero = torch.zeros_like(wd)
+    return torch.where(val, zero, wd), torch.where(val, wd, zero)
+
+
+LOSSES = ("squared", "absolute")
+
+
+def _check_loss(loss: str) -> str:
+    if loss not in LOSSES:
+        raise ValueError(f"validation_loss must be one of {LOSSES}, got {loss!r}.")
+    return loss
+
+
 def validation_mse(predictions: torch.Tensor, y_val: torch.Tensor) -> torch.Tensor:
     """Mean squared error over all entries; sums are reduced across processes.
 
@@ -154,17 +288,207 @@ def validation_mse(predictions: torch.Tensor, y_val: torch.Tensor) -> torch.Tens
     >>> float(validation_mse(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 4.0])))
     2.0
     """
+    return validation_loss(predictions, y_val)
+
+
+def validation_loss(predictions: torch.Tensor, y_val: torch.Tensor,
+                    weight: torch.Tensor | None = None, loss: str = "squared") -> torch.Tensor:
+    """Weighted mean of the squared or absolute errors over the last two dimensions.
+
+    ``predictions`` has shape (..., B, m) or (m,) and ``y_val`` broadcasts to it; ``weight`` (m,)
+    weighs the validation rows (None: all 1). Returns sum w_i e_i / (B sum w_i) with
+    e = (f - y)^2 (``"squared"``, the paper's MSE) or |f - y| (``"absolute"``, robust to
+    outlying validation responses); sums are reduced across processes. Cost O(B m).
+
+    Examples
+    --------
+    >>> p, yv = torch.tensor([1.0, 2.0]), torch.tensor([1.0, 4.0])
+    >>> float(validation_loss(p, yv, torch.tensor([1.0, 3.0]))), float(validation_loss(p, yv,
+    ...                                                                 loss="absolute"))
+    (3.0, 1.0)
+    """
     diff = (predictions - y_val).to(torch.float64)
-    if not is_distributed():
-        return diff.pow(2).mean()
-    stats = torch.stack([diff.pow(2).sum(), torch.tensor(float(diff.numel()), dtype=torch.float64,
-                                                          device=diff.device)])
-    stats = all_reduce_sum(stats)
-    return stats[0] / stats[1].clamp_min(1.0)
+    if diff.ndim == 1:
+        diff = diff.unsqueeze(0)
+    err = diff.square() if _check_loss(loss) == "squared" else diff.abs()
+    B, m = err.shape[-2], err.shape[-1]
+    if weight is None:
+        num, den = err.sum(dim=(-2, -1)), torch.tensor(float(B * m), dtype=torch.float64)
+    else:
+        wt = weight.to(device=err.device, dtype=torch.float64)
+        num, den = (err * wt).sum(dim=(-2, -1)), B * wt.sum()
+    if is_distributed():
+        num, den = all_reduce_sum(num), all_reduce_sum(den.to(num.device))
+    return num / den.to(num.device).clamp_min(torch.finfo(torch.float64).tiny)
+
+
+def _weighted_s_max(K, sq: torch.Tensor) -> float:
+    """s_max(W^1/2 K W^1/2): exact when dense and small, else power iteration (+5%)."""
+    if isinstance(K, torch.Tensor) and K.shape[0] <= SPECTRAL_MAX_N:
+        return largest_eigenvalue(sq[:, None] * K * sq[None, :])
+    Km = _Matrix(K)
+    est = power_iteration(lambda v: (sq * Km.rmatmul((sq * v.to(sq.dtype))[None])[0])
+                          .to(torch.float64), K.shape[0], device=sq.device)
+    return 1.05 * est
+
+
+def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: torch.Tensor, *,
+                  learning_rate="auto", max_iter: int = 1000, K_eval=None,
+                  callback: Callable | None = None, tol: float = 0.0, momentum: float = 0.0,
+                  nesterov: bool = False, method: str = "auto", eigh: tuple | None = None,
+                  verbose: int = 0) -> PathResult:
+    """A path of :mod:`~kernelflow.solvers.paths` with positive sample weights w (W = diag(w)).
+
+    Each rule is the one that repeating row i ``w_i`` times gives for integer weights (the
+    copies of a row move together, and their summed coefficient is alpha_i):
+
+    * gradient descent: ``alpha += eta W r``, r = y - K alpha. With beta = W^-1/2 alpha this is
+      plain gradient descent on M = W^1/2 K W^1/2 with targets W^1/2 y (objective
+      1/2 ||W^1/2 y - M beta||^2_{M^-1}), so the spectral closed form and the step bound
+      eta < 2 / s_max(M) carry over (s_max(M) is also that of the repeated kernel matrix);
+    * sign descent: ``alpha += eta W sign(r)``: |alpha_i| <= k eta w_i (the l-infinity ball of
+      W^-1 alpha);
+    * coordinate descent: every m attaining max_i |r_i| moves by ``eta w_m sign(r_m)``.
+
+    "auto" steps are those of the repeated problem: 1 / s_max(M) (gradient),
+    0.01 rms_w(y) / s_max(M) (sign, weighted root mean square), 0.01 max|y| / max K_ii
+    (coordinate). ``tol`` stops gradient and sign descent once ||W^1/2 r|| <= tol ||W^1/2 y||
+    and coordinate descent once max|r| <= tol max|y|. Rows of zero weight must be removed by
+    the caller. ``callback(k, alpha, r, K_eval alpha)`` gets batch-layout tensors (t, n).
+
+    Cost: gradient descent as :func:`~kernelflow.solvers.paths.gradient_descent_path` on M
+    (dense K; one O(n^2) product per step matrix-free); sign descent O(n) per step plus one row
+    of K per flipped residual sign; coordinate descent one row of K per moved coordinate.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.solvers.paths import sign_gradient_path
+    >>> K = torch.eye(2, dtype=torch.float64); y = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    >>> res = weighted_path(sign_gradient_path, K, y, torch.tensor([2.0, 1.0], dtype=torch.float64),
+    ...                     learning_rate=0.1, max_iter=3)
+    >>> res.alpha.numpy().round(2)  # the first row moves twice as fast
+    array([ 0.6, -0.3])
+    """
+    w = sample_weight.to(device=y.device, dtype=K.dtype).reshape(-1)
+    if w.shape[0] != K.shape[0] or not bool((w > 0).all()) or not bool(torch.isfinite(w).all()):
+        raise ValueError("sample_weight must hold one positive finite weight per row of K.")
+    sq = w.sqrt()
+    Y2 = y.reshape(y.shape[0], -1).to(K.dtype)
+    if path_function is gradient_descent_path and isinstance(K, torch.Tensor):
+        M = sq[:, None] * K * sq[None, :]
+        Ke = None if K_eval is None else _Matrix(K_eval, "K_eval").to_dense() * sq[None, :]
+        cb = None
+        if callback is not None:
+            def cb(k, beta, resid, ev):
+                return callback(k, beta * sq, resid / sq, ev)
+        res = gradient_descent_path(M, (sq[:, None] * Y2).reshape(y.shape),
+                                    learning_rate=learning_rate, max_iter=max_iter,
+                                    momentum=momentum, nesterov=nesterov, method=method,
+                                    K_eval=Ke, callback=cb, tol=tol, eigh=eigh, verbose=verbose)
+        scale = sq if y.ndim == 1 else sq[:, None]
+        return PathResult(alpha=res.alpha * scale, residual=res.residual / scale,
+                          n_iter=res.n_iter, learning_rate=res.learning_rate,
+                          eval_predictions=res.eval_predictions,
+                          stopped_by_callback=res.stopped_by_callback)
+    kind = {gradient_descent_path: "gradient", sign_gradient_path: "sign",
+            coordinate_descent_path: "coordinate"}.get(path_function)
+    if kind is None:
+        raise ValueError("path_function must be one of the three paths of kernelflow.solvers."
+                         "paths.")
+    Km, Y, Em = _prepare(K, y, K_eval)
+    if learning_rate != "auto":
+        eta = float(learning_rate)
+        if not (eta > 0 and math.isfinite(eta)):
+            raise ValueError(f"learning_rate must be a positive finite number, got {eta}.")
+        if kind == "gradient":
+            check_gradient_learning_rate(eta, _weighted_s_max(K, sq), momentum, nesterov)
+    elif kind == "gradient":
+        s_max = _weighted_s_max(K, sq)
+        eta = 1.0 / s_max if s_max > 0 else 1.0
+    elif kind == "sign":
+        s_max = _weighted_s_max(K, sq)
+        rms = float(((w[:, None] * Y2.square()).sum() / (w.sum() * Y2.shape[1])).sqrt())
+        eta = 0.01 * (rms if rms > 0 else 1.0) / (s_max if s_max > 0 else 1.0)
+    else:
+        eta = coordinate_learning_rate(K, y)
+    B = Y.shape[0]
+    alpha = torch.zeros_like(Y)
+    R = Y.clone()
+    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    stopped = callback is not None and bool(callback(0, alpha, R, E))
+    y_norm = torch.linalg.vector_norm(sq * Y, dim=-1)
+    y_max = Y.abs().amax(dim=-1)
+    if kind == "sign":
+        S = torch.sign(R)
+        Q = Km.rmatmul(S * w)  # K W sign(r)
+        QE = None if Em is None else Em.rmatmul(S * w)
+    prev = alpha.clone()
+    k = 0
+    bar = progress(total=max_iter, desc=f"weighted {kind} descent", verbose=verbose)
+    while not stopped and k < max_iter:
+        if kind == "coordinate":
+            A = R.abs()
+            top = A.amax(dim=-1, keepdim=True)
+            if tol > 0 and bool((top[:, 0] <= tol * y_max).all()):
+                break
+            mask = (A == top) & (top > 0)
+            idx = torch.nonzero(mask.any(dim=0)).reshape(-1)
+            if idx.numel() == 0:  # zero residual: the path has stopped
+                break
+            delta = eta * w[idx] * torch.sign(R[:, idx]) * mask[:, idx]
+            alpha[:, idx] += delta
+            R = R - delta @ Km.columns_t(idx, symmetric=True)
+            if E is not None:
+                E = E + delta @ Em.columns_t(idx)
+        else:
+            if tol > 0 and bool((torch.linalg.vector_norm(sq * R, dim=-1)
+                                 <= tol * y_norm).all()):
+                break
+            if kind == "sign":
+                alpha = alpha + eta * w * S
+                R = R - eta * Q
+                if E is not None:
+                    E = E + eta * QE
+                S_new = torch.sign(R)
+                idx = torch.nonzero((S_new != S).any(dim=0)).reshape(-1)
+                if idx.numel() * 4 > Y.shape[1]:
+                    Q = Km.rmatmul(S_new * w)
+                    QE = None if Em is None else Em.rmatmul(S_new * w)
+                elif idx.numel():
+                    dS = (S_new - S)[:, idx] * w[idx]
+                    Q = Q + dS @ Km.columns_t(idx, symmetric=True)
+                    if QE is not None:
+                        QE = QE + dS @ Em.columns_t(idx)
+                S = S_new
+            else:
+                v = momentum * (alpha - prev)
+                R_at = Y - Km.rmatmul(alpha + v) if (nesterov and momentum) else R
+                prev, alpha = alpha, alpha + v + eta * w * R_at
+                R = Y - Km.rmatmul(alpha)
+                if E is not None:
+                    E = Em.rmatmul(alpha)
+                if not bool(torch.isfinite(R).all()) or bool(
+                        (torch.linalg.vector_norm(sq * R, dim=-1) > 1e6 * (y_norm + 1)).any()):
+                    raise DivergenceError(f"weighted gradient descent diverged with "
+                                          f"learning_rate={eta:.4g}; lower it.")
+        k += 1
+        bar.update()
+        if callback is not None and callback(k, alpha, R, E):
+            stopped = True
+    bar.close()
+    if not bool(torch.isfinite(R).all()):
+        raise DivergenceError(f"weighted {kind} descent produced a non-finite residual.")
+    return PathResult(alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
+                      eval_predictions=None if E is None else _out(E, y),
+                      stopped_by_callback=stopped)
 
 
 def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, K_val,
                        y_val: torch.Tensor, *, n_iter_no_change: int = 100, tol: float = 0.0,
+                       sample_weight: torch.Tensor | None = None,
+                       validation_weight: torch.Tensor | None = None,
+                       validation_loss: str = "squared",
                        **path_kwargs) -> EarlyStoppingResult:
     """Run ``path_function`` with validation monitoring and patience; shared by all paths.
 
@@ -181,6 +505,14 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
     y_val : tensor (m,) or (m, t)
     n_iter_no_change, tol
         See :class:`EarlyStopping`.
+    sample_weight : tensor of shape (n,), optional
+        Positive training weights; the path is then :func:`weighted_path`.
+    validation_weight : tensor of shape (m,), optional
+        Weights of the validation rows in the monitored loss.
+    validation_loss : {"squared", "absolute"}, default="squared"
+        Monitored loss: weighted mean squared error (the paper's choice for every method) or
+        mean absolute error, which a few gross outliers among the validation rows cannot
+        dominate (see :func:`validation_loss`).
     **path_kwargs
         Passed on (``learning_rate``, ``max_iter``, ``momentum``, ...).
 
@@ -205,23 +537,43 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
     >>> res.best_iteration, res.n_iter  # predictions at a new point stay 0: stop at once
     (0, 3)
     """
+    _check_loss(validation_loss)
     monitor = EarlyStopping(n_iter_no_change, tol)
+    wv = validation_weight
     if path_function is gradient_descent_path:
-        fast = _gd_spectral_early_stopping(monitor, K_train, y_train, K_val, y_val, path_kwargs)
-        if fast is not None:
-            return fast
+        Kt, yt, Kv, scale = K_train, y_train, K_val, None
+        if sample_weight is not None and isinstance(K_train, torch.Tensor) and \
+                isinstance(K_val, torch.Tensor):
+            # plain GD on M = W^1/2 K W^1/2 with targets W^1/2 y; alpha = W^1/2 beta
+            scale = sample_weight.to(K_train.dtype).sqrt()
+            Kt = scale[:, None] * K_train * scale[None, :]
+            yt = y_train * (scale if y_train.ndim == 1 else scale[:, None])
+            Kv = K_val * scale[None, :]
+        if sample_weight is None or scale is not None:
+            fast = _gd_spectral_early_stopping(monitor, Kt, yt, Kv, y_val, path_kwargs, wv,
+                                               validation_loss)
+            if fast is not None:
+                if scale is not None:
+                    fast.best_alpha = fast.best_alpha * (scale if y_train.ndim == 1
+                                                         else scale[:, None])
+                return fast
+            monitor = EarlyStopping(n_iter_no_change, tol)
     m = K_val.shape[0]
     Yv = y_val.reshape(m, -1).T.contiguous()  # batch layout, like the path's eval predictions
     best = {}
 
     def callback(k, alpha, residual, eval_predictions):
-        loss = validation_mse(eval_predictions, Yv)
+        loss = validation_loss_fn(eval_predictions, Yv, wv, validation_loss)
         stop = monitor.update(k, loss)
         if monitor.best_iteration == k:
             best["alpha"] = alpha.clone()
         return stop
 
-    res = path_function(K_train, y_train, K_eval=K_val, callback=callback, **path_kwargs)
+    if sample_weight is None:
+        res = path_function(K_train, y_train, K_eval=K_val, callback=callback, **path_kwargs)
+    else:
+        res = weighted_path(path_function, K_train, y_train, sample_weight, K_eval=K_val,
+                            callback=callback, **path_kwargs)
     alpha = best["alpha"]
     alpha = alpha.T.reshape(alpha.shape[1], *y_train.shape[1:]) if y_train.ndim == 2 else alpha[0]
     return EarlyStoppingResult(
@@ -231,7 +583,11 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
     )
 
 
-def _gd_spectral_early_stopping(monitor, K_train, y_train, K_val, y_val, kw):
+validation_loss_fn = validation_loss
+
+
+def _gd_spectral_early_stopping(monitor, K_train, y_train, K_val, y_val, kw, weight=None,
+                                loss="squared"):
     """Validation curve of plain GD from one eigendecomposition, in blocks of iterations.
 
     f_val(k) = (K_val U) diag(phi_k(s)) U^T y for a block of k at once (one GEMM) instead of a
@@ -261,13 +617,10 @@ def _gd_spectral_early_stopping(monitor, K_train, y_train, K_val, y_val, kw):
         ks = torch.arange(k0, min(k0 + block, max_iter + 1))
         phi = spectral_filter(s, eta, ks)  # (b, n)
         P = (phi[:, None, :] * C[None]) @ EU.T  # (b, B, m)
-        losses = (P - Yv).pow(2).mean(dim=(1, 2))
-        if is_distributed():
-            losses = all_reduce_sum(losses * (Yv.numel())) / all_reduce_sum(
-                torch.tensor(float(Yv.numel()), dtype=losses.dtype))
-        for k, loss in zip(ks.tolist(), losses.tolist()):
+        losses = validation_loss(P, Yv, weight, loss)
+        for k, value in zip(ks.tolist(), losses.tolist()):
             last = k
-            if monitor.update(k, loss):
+            if monitor.update(k, value):
                 stop = True
                 break
         if stop:
@@ -306,18 +659,22 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
              learning_rate="auto", max_iter: int = 1000, early_stopping: bool = True,
              validation_fraction: float = 0.1, n_iter_no_change: int = 100, tol: float = 0.0,
              random_state=None, options: Options | None = None, verbose: int = 0,
+             sample_weight: torch.Tensor | None = None, validation_loss: str = "squared",
              **path_kwargs) -> PathFit:
     """Fit a path estimator: step size, optional validation run, refit on all rows.
 
     1. K = K(X, X) (dense when it fits the memory budget, else a matrix-free operator).
     2. ``learning_rate="auto"`` resolves on the full K (:func:`gradient_learning_rate`,
-       :func:`sign_learning_rate` or :func:`coordinate_learning_rate`); the validation run and the
-       refit share that step, so they share the meaning of an iteration count (t = k eta). An
-       explicit gradient step is checked against s_max(K) (``DivergenceError`` if too large).
-    3. With ``early_stopping``, a ``validation_fraction`` of the rows is held out, the path runs on
-       the rest with patience ``n_iter_no_change`` (improvements must exceed ``tol``), and the
-       model is refit on all rows for the best number of steps (Allerbo, Sec. 6). Without it the
-       path runs ``max_iter`` steps (or until the relative training residual is below ``tol``).
+       :func:`sign_learning_rate` or :func:`coordinate_learning_rate`; with weights those of
+       :func:`weighted_path`); the validation run and the refit share that step, so they share
+       the meaning of an iteration count (t = k eta). An explicit gradient step is checked
+       against s_max(K) (``DivergenceError`` if too large).
+    3. With ``early_stopping``, :func:`validation_weights` holds out distinct rows carrying a
+       ``validation_fraction`` of the weight, the path runs on the rest with patience
+       ``n_iter_no_change`` (improvements of the weighted ``validation_loss`` must exceed
+       ``tol``), and the model is refit on all rows for the best number of steps (Allerbo,
+       Sec. 6). Without it the path runs ``max_iter`` steps (or until the relative training
+       residual is below ``tol``).
 
     Parameters
     ----------
@@ -326,6 +683,11 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     kernel : Kernel
     X : tensor of shape (n, d)
     y : tensor of shape (n,) or (n, t)
+    sample_weight : tensor of shape (n,), optional
+        Positive weights (remove rows of weight 0 first); an integer weight acts as repeating
+        the row.
+    validation_loss : {"squared", "absolute"}, default="squared"
+        Loss monitored on the validation rows.
     **path_kwargs
         Extra arguments of the path (``momentum``, ``nesterov``, ``method``).
 
@@ -344,18 +706,29 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     >>> fit.n_iter > 0, fit.early_stopping.best_iteration == fit.n_iter
     (True, True)
     """
+    _check_loss(validation_loss)
+    sw = None
+    if sample_weight is not None:
+        sw = sample_weight.to(device=X.device, dtype=X.dtype).reshape(-1)
+        if sw.shape[0] != X.shape[0] or not bool((sw > 0).all()):
+            raise ValueError("sample_weight must hold one positive weight per row of X (remove "
+                             "rows of weight 0 first).")
+        if bool((sw == 1).all()):
+            sw = None
     op = KernelOperator(kernel, X, options=options)
     dense = op.fits_in_memory(copies=3)
     K = op.to_dense() if dense else op
+    sq = None if sw is None else sw.sqrt()
     refit_kw = {}
     if path_function is gradient_descent_path:
         if dense and path_kwargs.get("method", "auto") != "iterative" and \
                 X.shape[0] <= SPECTRAL_MAX_N:
             # One decomposition gives s_max and the refit's whole path.
-            refit_kw["eigh"] = symmetric_eigh(K)
+            M = K if sq is None else sq[:, None] * K * sq[None, :]
+            refit_kw["eigh"] = symmetric_eigh(M)
             s_max = float(refit_kw["eigh"][0][-1])
         else:
-            s_max = largest_eigenvalue(K)
+            s_max = largest_eigenvalue(K) if sq is None else _weighted_s_max(K, sq)
         if learning_rate == "auto":
             eta = gradient_learning_rate(K, s_max=s_max)
         else:
@@ -366,21 +739,32 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
         eta = float(learning_rate)
     elif path_function is coordinate_descent_path:
         eta = coordinate_learning_rate(K, y)
-    else:
+    elif sw is None:
         eta = sign_learning_rate(K, y)
+    else:
+        eta = weighted_path(sign_gradient_path, K, y, sw, max_iter=0).learning_rate
     kw = dict(path_kwargs, learning_rate=eta, verbose=verbose)
+
+    def run(K_, y_, w_, **more):
+        if w_ is None:
+            return path_function(K_, y_, **more)
+        return weighted_path(path_function, K_, y_, w_, **more)
+
     if not early_stopping:
-        res = path_function(K, y, max_iter=max_iter, tol=tol, **kw, **refit_kw)
+        res = run(K, y, sw, max_iter=max_iter, tol=tol, **kw, **refit_kw)
         return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta)
-    tr, va = validation_split(X.shape[0], validation_fraction, random_state)
-    tr_t = torch.as_tensor(tr, device=X.device)
-    va_t = torch.as_tensor(va, device=X.device)
+    w_tr, w_va = validation_weights(X, y, sw, validation_fraction, random_state)
+    tr_t = torch.nonzero(w_tr > 0).reshape(-1)
+    va_t = torch.nonzero(w_va > 0).reshape(-1)
     if dense:
         K_tr, K_va = K[tr_t][:, tr_t], K[va_t][:, tr_t]
     else:
         K_tr = KernelOperator(kernel, X[tr_t], options=options)
         K_va = KernelOperator(kernel, X[va_t], X[tr_t], options=options)
     es = early_stopped_path(path_function, K_tr, y[tr_t], K_va, y[va_t],
-                            n_iter_no_change=n_iter_no_change, tol=tol, max_iter=max_iter, **kw)
-    res = path_function(K, y, max_iter=es.best_iteration, **kw, **refit_kw)
+                            n_iter_no_change=n_iter_no_change, tol=tol, max_iter=max_iter,
+                            sample_weight=None if sw is None else w_tr[tr_t],
+                            validation_weight=None if sw is None else w_va[va_t],
+                            validation_loss=validation_loss, **kw)
+    res = run(K, y, sw, max_iter=es.best_iteration, **kw, **refit_kw)
     return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es)
