@@ -254,6 +254,7 @@ class BandedForm:
 
     band: object
     reflectors: list
+    eps: float = float(torch.finfo(torch.float64).eps)  # unit roundoff of the reduction
 
     @property
     def n(self) -> int:
@@ -277,7 +278,8 @@ class BandedForm:
         """(A + s I)^{-1} Y for every shift s, shape (len(shifts), n, t).
 
         One banded Cholesky per shift (O(n b^2)) between one application of Q^T and one of Q.
-        A shift that leaves B + s I numerically indefinite gets jitter as in :func:`cholesky`.
+        A shift that leaves B + s I numerically indefinite gets jitter as in :func:`cholesky`
+        (10 eps mean(diag B), growing tenfold, eps that of the reduction's dtype).
         """
         C = np.asfortranarray(self.apply_qt(Y).cpu().numpy().astype(np.float64))
         n, t = C.shape
@@ -296,7 +298,7 @@ class BandedForm:
                     return x, added
                 if info < 0:  # pragma: no cover - argument error, a bug
                     raise ValueError(f"dpbsv: illegal value in argument {-info}.")
-                added = scale * np.finfo(np.float64).eps * 10 * 10.0**attempt
+                added = scale * self.eps * 10 * 10.0**attempt
             raise torch.linalg.LinAlgError(
                 f"shift {shift:.3g}: the shifted matrix is not positive definite."
             )
@@ -411,4 +413,4 @@ def band_reduce(A: torch.Tensor, bandwidth: int = 128, *, block: int = 512,
     band = np.zeros((b + 1, n), dtype=Ad.dtype)
     for i in range(min(b, n - 1) + 1):
         band[i, :n - i] = np.diagonal(Ad, -i)
-    return BandedForm(band=band, reflectors=reflectors)
+    return BandedForm(band=band, reflectors=reflectors, eps=float(torch.finfo(A.dtype).eps))
