@@ -313,7 +313,7 @@ class BandedForm:
                     NearSingularKernelWarning,
                     stacklevel=2,
                 )
-        out = self.apply_q(torch.from_numpy(Z).to(Y.dtype))
+        out = self.apply_q(torch.from_numpy(Z).to(device=Y.device, dtype=Y.dtype))
         return out.reshape(n, len(shifts), t).permute(1, 0, 2)
 
 
