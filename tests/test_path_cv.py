@@ -10,6 +10,7 @@ from sklearn.kernel_ridge import KernelRidge as SkKernelRidge
 from kernelflow.datasets._allerbo import kfold_indices, make_robust_sine
 from kernelflow.kernels import Gaussian, Laplace
 from kernelflow.operators import Options
+from kernelflow.solvers import _native
 from kernelflow.solvers.path_cv import (
     early_stopping_path_cv,
     fold_masks,
@@ -37,14 +38,18 @@ def data():
                                                                                   random_state=0)
 
 
-def _separate(X, y, kernel, folds, method, eta, max_iter, patience):
-    """One problem at a time, exactly as the published experiments loop (1-based counts)."""
+def _separate(X, y, kernel, folds, method, eta, max_iter, patience, curves=None):
+    """One problem at a time, exactly as the published experiments loop (1-based counts).
+
+    With ``curves`` (a list), each problem's validation MSE at steps 1, 2, ... is appended.
+    """
     out = []
     for va in folds:
         tr = np.setdiff1d(np.arange(len(y)), va)
         K, Kv = kernel(X[tr], X[tr]), kernel(X[va], X[tr])
         a = torch.zeros(len(tr), dtype=DT)
         best, best_k, count, k = math.inf, 0, 0, 0
+        curve = [math.nan]
         for k in range(1, max_iter + 1):
             r = y[tr] - K @ a
             if method == "sign":
@@ -54,12 +59,15 @@ def _separate(X, y, kernel, folds, method, eta, max_iter, patience):
             else:
                 a = a + eta * torch.sign(r) * (r.abs() == r.abs().max())
             mse = float(((Kv @ a - y[va]) ** 2).mean())
+            curve.append(mse)
             if mse < best:
                 best, best_k, count = mse, k, 0
             count += 1
             if count > patience:
                 break
         out.append((best, best_k, k))
+        if curves is not None:
+            curves.append(curve)
     return out
 
 
@@ -69,7 +77,7 @@ def test_batched_equals_separate(data, method):
     # Gaussian(30) is numerically low rank: it runs through the factored product K = L L^T
     kernels = [Gaussian(0.05), Gaussian(1.0), Laplace(3.0), Gaussian(30.0)]
     res = early_stopping_path_cv(X, y, kernels, folds, method=method, max_iter=400,
-                                 n_iter_no_change=30, chunk_size=16)
+                                 n_iter_no_change=30, chunk_size=16, backend="torch")
     for si, kern in enumerate(kernels):
         ref = _separate(X, y, kern, folds, method, 0.01, 400, 30)
         np.testing.assert_allclose(res.fold_mse[si].numpy(), [r[0] for r in ref], rtol=1e-9,
@@ -78,6 +86,30 @@ def test_batched_equals_separate(data, method):
         assert res.n_iter[si].tolist() == [r[2] for r in ref]
     np.testing.assert_allclose(res.cv_mse.numpy(), res.fold_mse.mean(1).numpy())
     assert res.best_index == int(torch.argmin(res.cv_mse))
+
+
+@pytest.mark.skipif(not _native.available(), reason="compiled extension not built")
+@pytest.mark.parametrize("method", ["sign", "coordinate"])
+def test_native_follows_the_separate_runs(data, method):
+    # The compiled loops keep K alpha as a running sum, so on a flat stretch of the validation
+    # curve rounding may place the first minimum at another step with the same error; the
+    # error, and the curve's value at the step chosen, must agree with the direct loop.
+    X, y, folds = data
+    kernels = [Gaussian(0.05), Gaussian(1.0), Laplace(3.0), Gaussian(30.0)]
+    res = early_stopping_path_cv(X, y, kernels, folds, method=method, max_iter=400,
+                                 n_iter_no_change=30, backend="native")
+    exact = 0
+    for si, kern in enumerate(kernels):
+        curves = []
+        ref = _separate(X, y, kern, folds, method, 0.01, 400, 30, curves)
+        np.testing.assert_allclose(res.fold_mse[si].numpy(), [r[0] for r in ref], rtol=1e-9,
+                                   atol=1e-12)
+        for f, (best, best_k, _) in enumerate(ref):
+            k = int(res.best_iter[si, f])
+            assert curves[f][k] == pytest.approx(best, rel=1e-9, abs=1e-12)
+            assert int(res.n_iter[si, f]) == min(400, k + 30)
+            exact += k == best_k
+    assert exact >= 0.75 * len(kernels) * len(folds)
 
 
 def test_low_rank_factor_is_used_for_wide_bandwidths(data):

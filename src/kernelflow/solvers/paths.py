@@ -26,11 +26,13 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from ..linalg import power_iteration, symmetric_eigh
 from ..operators import KernelOperator, memory_budget
 from ..utils._progress import progress
+from . import _native
 
 __all__ = [
     "DivergenceError",
@@ -261,6 +263,32 @@ def _prepare(K, y, K_eval):
 
 def _out(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # batch layout (t, n) -> like y
     return A.T.reshape(A.shape[1], *y.shape[1:]) if y.ndim == 2 else A[0]
+
+
+def _native_path(method: str, Km: _Matrix, Y: torch.Tensor, Em, y: torch.Tensor, eta: float,
+                 max_iter: int, name: str) -> PathResult | None:
+    """The whole path in compiled code (one problem per target), or None where it cannot run.
+
+    Used for a dense symmetric K on the CPU when no callback, recording or tolerance needs the
+    iterates: the same update rules, with K alpha kept as a running sum (see
+    :mod:`._native`); the residual returned is recomputed as y - K alpha.
+    """
+    if Km.dense is None or not _native.available(method, Km.dense):
+        return None
+    B, n = Y.shape
+    ones = torch.ones(1, n, dtype=Y.dtype)
+    _, _, n_iter, alpha = _native.run_problems(
+        method, Km.dense.unsqueeze(0), Y, ones, torch.zeros_like(ones), np.zeros(B),
+        np.arange(B), np.zeros(B), eta=eta, max_iter=max_iter, return_alpha=True)
+    R = Y - Km.rmatmul(alpha)
+    if not bool(torch.isfinite(R).all()):
+        raise DivergenceError(f"{name} produced a non-finite residual.")
+    E = None if Em is None else Em.rmatmul(alpha)
+    return PathResult(
+        alpha=_out(alpha, y), residual=_out(R, y), n_iter=int(n_iter.max(initial=0)),
+        learning_rate=eta, path=None, eval_predictions=None if E is None else _out(E, y),
+        stopped_by_callback=False,
+    )
 
 
 def _check_eta(eta) -> float:
@@ -704,6 +732,10 @@ def sign_gradient_path(
     """
     Km, Y, Em = _prepare(K, y, K_eval)
     eta = sign_learning_rate(K, y) if learning_rate == "auto" else _check_eta(learning_rate)
+    if callback is None and not record_path and incremental and tol == 0:
+        fast = _native_path("sign", Km, Y, Em, y, eta, max_iter, "sign gradient descent")
+        if fast is not None:
+            return fast
     n = Km.shape[0]
     B = Y.shape[0]
     alpha = torch.zeros_like(Y)
@@ -800,6 +832,10 @@ def coordinate_descent_path(
         Em = _Matrix(K_eval, "K_eval", cache_columns=True)
     eta = coordinate_learning_rate(K, y) if learning_rate == "auto" else \
         _check_eta(learning_rate)
+    if callback is None and not record_path and tol == 0:
+        fast = _native_path("coordinate", Km, Y, Em, y, eta, max_iter, "coordinate descent")
+        if fast is not None:
+            return fast
     B = Y.shape[0]
     alpha = torch.zeros_like(Y)
     R = Y.clone()

@@ -1,0 +1,248 @@
+/* Sign and coordinate descent paths for one element type; included by paths.c with
+ * REAL (double or float) and SUFFIX (f64 or f32) defined.
+ *
+ * A problem starts from alpha = 0 on some rows of a symmetric kernel (its training rows; the
+ * other coefficients stay 0) and keeps the residual r = y - K alpha on its training and
+ * validation rows:
+ *
+ *   sign:        alpha_t += eta sign(r_t) on training rows, sign(0) = 0
+ *   coordinate:  alpha_m += eta sign(r_m) on every training row m attaining max |r| over the
+ *                training rows (all ties move)
+ *
+ * Layout. The problem works on a local copy L of K: row t is training row t, columns are the
+ * training rows then the validation rows, padded with zero columns to a multiple of 16
+ * (so r, y and w have ld entries, training entries first); a problem whose training rows are
+ * all the rows, in order, uses K itself. Every update of r or of w = K s is then a sum of a
+ * few rows of L, computed by `add_rows` with a block of r (or w) held in registers.
+ *
+ * Sign descent keeps w = L^T s for the current signs s and r -= eta w. A flipped sign changes w
+ * by the change of sign times one row; when more signs flip than are non-zero, w is summed from
+ * scratch. alpha = eta * c with c the running sum of the signs (integers, exact in double).
+ * Every `resync` steps r and w are recomputed from c, which bounds the rounding drift of the
+ * running sums.
+ *
+ * After every step the weighted squared error on the validation entries is recorded; the
+ * problem stops after `patience` steps without a strict improvement, or after max_iter steps.
+ */
+
+#define CAT_(a, b) a##_##b
+#define CAT(a, b) CAT_(a, b)
+
+/* x[0:ld] += sum_q coef[q] * L[row[q], 0:ld] (rows of L are ld apart). A block of x is held in
+ * vector registers while all rows are added to it (GCC vector extensions; 64-byte vectors are
+ * split by the compiler where the target has narrower ones). */
+typedef REAL CAT(vec, SUFFIX) __attribute__((vector_size(64)));
+
+TARGET_CLONES static void CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t ld,
+                                                const int64_t *restrict row,
+                                                const REAL *restrict coef, int64_t count,
+                                                REAL *restrict x)
+{
+    typedef CAT(vec, SUFFIX) V;
+    enum { VL = (int)(sizeof(V) / sizeof(REAL)) };
+    int64_t j0 = 0;
+    for (; j0 + 4 * VL <= ld; j0 += 4 * VL) {
+        V a0, a1, a2, a3;
+        memcpy(&a0, x + j0, sizeof(V));
+        memcpy(&a1, x + j0 + VL, sizeof(V));
+        memcpy(&a2, x + j0 + 2 * VL, sizeof(V));
+        memcpy(&a3, x + j0 + 3 * VL, sizeof(V));
+        for (int64_t q = 0; q < count; ++q) {
+            const REAL *src = L + row[q] * ld + j0;
+            const V c = (V){0} + coef[q];
+            V s0, s1, s2, s3;
+            memcpy(&s0, src, sizeof(V));
+            memcpy(&s1, src + VL, sizeof(V));
+            memcpy(&s2, src + 2 * VL, sizeof(V));
+            memcpy(&s3, src + 3 * VL, sizeof(V));
+            a0 += c * s0;
+            a1 += c * s1;
+            a2 += c * s2;
+            a3 += c * s3;
+        }
+        memcpy(x + j0, &a0, sizeof(V));
+        memcpy(x + j0 + VL, &a1, sizeof(V));
+        memcpy(x + j0 + 2 * VL, &a2, sizeof(V));
+        memcpy(x + j0 + 3 * VL, &a3, sizeof(V));
+    }
+    for (; j0 + VL <= ld; j0 += VL) {
+        V a0;
+        memcpy(&a0, x + j0, sizeof(V));
+        for (int64_t q = 0; q < count; ++q) {
+            V s0;
+            memcpy(&s0, L + row[q] * ld + j0, sizeof(V));
+            a0 += ((V){0} + coef[q]) * s0;
+        }
+        memcpy(x + j0, &a0, sizeof(V));
+    }
+    for (; j0 < ld; ++j0) {
+        REAL a = x[j0];
+        for (int64_t q = 0; q < count; ++q)
+            a += coef[q] * L[row[q] * ld + j0];
+        x[j0] = a;
+    }
+}
+
+TARGET_CLONES static void CAT(axpy, SUFFIX)(int64_t ld, REAL c, const REAL *restrict v,
+                                            REAL *restrict x)
+{
+    for (int64_t j = 0; j < ld; ++j)
+        x[j] += c * v[j];
+}
+
+/* Weighted squared error of the validation entries r[n_tr : n_tr + n_val]. */
+static double CAT(val_error, SUFFIX)(const REAL *r, const double *wval, int64_t n_val)
+{
+    double e = 0.0;
+    for (int64_t v = 0; v < n_val; ++v)
+        e += wval[v] * (double)r[v] * (double)r[v];
+    return isfinite(e) ? e : INFINITY;
+}
+
+/* The patience rule after step k; returns 1 when the problem stops there. */
+static int CAT(stops, SUFFIX)(const REAL *r_val, const double *wval, int64_t n_val, int64_t k,
+                              int64_t patience, double *best, int64_t *best_it)
+{
+    if (n_val == 0)
+        return 0;
+    const double err = CAT(val_error, SUFFIX)(r_val, wval, n_val);
+    if (err < *best) {
+        *best = err;
+        *best_it = k;
+    }
+    return k - *best_it >= patience;
+}
+
+/* r = y - eta * sum_t c_t L[t, :] */
+static void CAT(residual, SUFFIX)(const REAL *L, int64_t ld, const REAL *y, int64_t n_tr,
+                                  const double *count, REAL eta, int64_t *idx, REAL *coef,
+                                  REAL *r)
+{
+    int64_t m = 0;
+    for (int64_t t = 0; t < n_tr; ++t) {
+        idx[m] = t;
+        coef[m] = -eta * (REAL)count[t];
+        m += count[t] != 0;
+    }
+    for (int64_t j = 0; j < ld; ++j)
+        r[j] = y[j];
+    CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, r);
+}
+
+/* New signs of r[0:n_tr] into sn, their changes from sign into d, and the running sums of the
+ * signs (the coefficients in units of eta) into count; returns the number of changes and
+ * stores the number of non-zero signs in *n_nonzero. Branch-free, so it vectorises. */
+TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *restrict r,
+                                                    const REAL *restrict sign,
+                                                    REAL *restrict sn, REAL *restrict d,
+                                                    double *restrict count,
+                                                    int64_t *n_nonzero)
+{
+    int64_t flips = 0, nonzero = 0;
+    for (int64_t t = 0; t < n_tr; ++t) {
+        const REAL s = (REAL)(r[t] > 0) - (REAL)(r[t] < 0);
+        sn[t] = s;
+        d[t] = s - sign[t];
+        count[t] += (double)s;
+        nonzero += s != 0;
+        flips += s != sign[t];
+    }
+    *n_nonzero = nonzero;
+    return flips;
+}
+
+/* Scratch (length ld each): w, sign, sn, coef (REAL); idx (int64). On entry r = y; on exit
+ * count holds alpha / eta. */
+static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *y,
+                                         int64_t n_tr, const double *wval, int64_t n_val,
+                                         REAL eta, int64_t max_iter, int64_t patience,
+                                         int64_t resync, double *count, REAL *r, REAL *w,
+                                         REAL *sign, REAL *sn, REAL *coef, int64_t *idx,
+                                         double *best, int64_t *best_it)
+{
+    int64_t k = 0, since = 0;
+    for (int64_t t = 0; t < n_tr; ++t) {
+        count[t] = 0;
+        sign[t] = 0;
+    }
+    for (int64_t j = 0; j < ld; ++j)
+        w[j] = 0;
+    while (k < max_iter) {
+        if (since == resync) { /* recompute r from the coefficients; w from scratch below */
+            CAT(residual, SUFFIX)(L, ld, y, n_tr, count, eta, idx, coef, r);
+            for (int64_t t = 0; t < n_tr; ++t)
+                sign[t] = 0;
+            for (int64_t j = 0; j < ld; ++j)
+                w[j] = 0;
+            since = 0;
+        }
+        int64_t n_nonzero;
+        const int64_t n_flip = CAT(new_signs, SUFFIX)(n_tr, r, sign, sn, coef, count,
+                                                      &n_nonzero);
+        if (n_flip > 0 && n_flip < n_nonzero) {
+            /* each flip moves w = K sign by the change of sign times a row of L */
+            int64_t m = 0;
+            for (int64_t t = 0; t < n_tr; ++t) {
+                idx[m] = t;
+                coef[m] = coef[t];
+                m += coef[t] != 0;
+            }
+            CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, w);
+        } else if (n_flip > 0) { /* cheaper from scratch: w = sum of all signed rows */
+            for (int64_t t = 0; t < n_tr; ++t)
+                idx[t] = t;
+            for (int64_t j = 0; j < ld; ++j)
+                w[j] = 0;
+            CAT(add_rows, SUFFIX)(L, ld, idx, sn, n_tr, w);
+        }
+        REAL *tmp = sign; /* the new signs become the current ones */
+        sign = sn;
+        sn = tmp;
+        CAT(axpy, SUFFIX)(ld, -eta, w, r);
+        ++k;
+        ++since;
+        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, k, patience, best, best_it))
+            break;
+    }
+    return k;
+}
+
+/* Scratch (length ld each): coef (REAL), idx (int64). On entry r = y; on exit count holds
+ * alpha / eta. */
+static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_t n_tr,
+                                               const double *wval, int64_t n_val, REAL eta,
+                                               int64_t max_iter, int64_t patience,
+                                               double *count, REAL *r, REAL *coef,
+                                               int64_t *idx, double *best, int64_t *best_it)
+{
+    int64_t k = 0;
+    for (int64_t t = 0; t < n_tr; ++t)
+        count[t] = 0;
+    while (k < max_iter) {
+        REAL top = 0;
+        for (int64_t t = 0; t < n_tr; ++t) {
+            const REAL a = r[t] < 0 ? -r[t] : r[t];
+            top = a > top ? a : top;
+        }
+        int64_t n_tie = 0;
+        if (top > 0) {
+            for (int64_t t = 0; t < n_tr; ++t) {
+                if ((r[t] < 0 ? -r[t] : r[t]) == top) {
+                    idx[n_tie] = t;
+                    coef[n_tie++] = r[t] > 0 ? -eta : eta; /* r moves against the step */
+                }
+            }
+        } else if (n_val == 0) {
+            break; /* zero residual: the path has ended (with validation rows, keep counting
+                      steps, as the patience rule does) */
+        }
+        /* every tied row moves by its residual's sign from before the step */
+        for (int64_t q = 0; q < n_tie; ++q)
+            count[idx[q]] += coef[q] < 0 ? 1.0 : -1.0;
+        CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tie, r);
+        ++k;
+        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, k, patience, best, best_it))
+            break;
+    }
+    return k;
+}

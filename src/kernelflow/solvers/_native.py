@@ -1,0 +1,159 @@
+"""Compiled inner loops of sign and coordinate descent (``kernelflow._paths``, C).
+
+The extension is built when the package is installed (``setup.py``; optional, so an install
+without a C compiler still succeeds). Without it, or with the environment variable
+``KERNELFLOW_NATIVE=0``, :func:`available` is False and the solvers use their tensor code.
+
+:func:`run_problems` runs P independent problems: problem p starts at alpha = 0 on kernel
+``K[kernel_of[p]]``, targets ``Y[target_of[p]]`` and the rows ``train[fold_of[p]]``, takes
+sign-descent or coordinate-descent steps of size eta, and after every step scores the weighted
+squared error on the rows with ``wval[fold_of[p]] > 0``, stopping after ``patience`` steps
+without a strict improvement (the rule of :mod:`.path_cv`) or after ``max_iter`` steps. Each step
+costs O(n) plus O(n) per flipped sign (sign descent) or per moved coefficient (coordinate
+descent); a dense product is used when more signs flip than are non-zero.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+__all__ = ["available", "run_problems"]
+
+_METHODS = {"sign": 0, "coordinate": 1}
+_I64 = ctypes.POINTER(ctypes.c_int64)
+_F64 = ctypes.POINTER(ctypes.c_double)
+_U8 = ctypes.POINTER(ctypes.c_uint8)
+# sums kept by sign descent are recomputed from alpha this often (bounds rounding drift)
+RESYNC = 256
+
+
+@lru_cache(maxsize=1)
+def _library():
+    if os.environ.get("KERNELFLOW_NATIVE", "1") == "0":
+        return None
+    spec = importlib.util.find_spec("kernelflow._paths")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        lib = ctypes.CDLL(spec.origin)
+    except OSError:
+        return None
+    for suffix, real in (("f64", ctypes.c_double), ("f32", ctypes.c_float)):
+        fn = getattr(lib, f"kf_paths_{suffix}")
+        ptr = ctypes.POINTER(real)
+        fn.argtypes = [ctypes.c_int32, ptr, ctypes.c_int64, ctypes.c_int64, _I64, ptr, _I64,
+                       _U8, _F64, _I64, real, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                       _F64, _I64, _I64, ptr]
+        fn.restype = ctypes.c_int
+    return lib
+
+
+def available(method: str | None = None, tensor: torch.Tensor | None = None) -> bool:
+    """Whether the compiled loops can run ``method`` on ``tensor`` (CPU, float32/float64)."""
+    if _library() is None:
+        return False
+    if method is not None and method not in _METHODS:
+        return False
+    return tensor is None or (tensor.device.type == "cpu"
+                              and tensor.dtype in (torch.float32, torch.float64))
+
+
+def _ptr(a: np.ndarray, ctype):
+    return a.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Tensor,
+                 wval: torch.Tensor, kernel_of, target_of, fold_of, *, eta: float,
+                 max_iter: int, patience: int | None = None, return_alpha: bool = False,
+                 n_threads: int | None = None):
+    """Run the problems described in the module docstring.
+
+    Parameters
+    ----------
+    method : {"sign", "coordinate"}
+    K : tensor of shape (G, n, n)
+        Symmetric kernels, float32 or float64 on the CPU.
+    Y : tensor of shape (T, n)
+        Targets (same dtype).
+    train : tensor of shape (F, n)
+        Non-zero on each fold's training rows.
+    wval : tensor of shape (F, n)
+        Validation weights (0 off the validation rows; all 0: no early stopping).
+    kernel_of, target_of, fold_of : sequences of P ints
+    eta : float
+    max_iter : int
+    patience : int, optional
+        Steps without improvement before a problem stops (None: never).
+    return_alpha : bool, default=False
+        Also return the final coefficients, shape (P, n).
+    n_threads : int, optional
+        Threads over problems (default ``torch.get_num_threads()``).
+
+    Returns
+    -------
+    best : ndarray (P,) float64, best_iter : ndarray (P,) int64, n_iter : ndarray (P,) int64,
+    and alpha : tensor (P, n) when ``return_alpha``.
+    """
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("the compiled extension kernelflow._paths is not available.")
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {tuple(_METHODS)}, got {method!r}.")
+    dtype = K.dtype
+    np_dtype = np.float64 if dtype == torch.float64 else np.float32
+    real = ctypes.c_double if dtype == torch.float64 else ctypes.c_float
+    fn = lib.kf_paths_f64 if dtype == torch.float64 else lib.kf_paths_f32
+    Kn = np.ascontiguousarray(K.detach().cpu().numpy(), dtype=np_dtype)
+    Yn = np.ascontiguousarray(Y.detach().cpu().numpy(), dtype=np_dtype)
+    Tn = np.ascontiguousarray((train != 0).cpu().numpy(), dtype=np.uint8)
+    Wn = np.ascontiguousarray(wval.detach().cpu().to(torch.float64).numpy())
+    G, n = Kn.shape[0], Kn.shape[-1]
+    idx = [np.ascontiguousarray(np.asarray(v, dtype=np.int64).reshape(-1))
+           for v in (kernel_of, target_of, fold_of)]
+    P = idx[0].size
+    if any(v.size != P for v in idx):
+        raise ValueError("kernel_of, target_of and fold_of must have the same length.")
+    for v, hi, name in zip(idx, (G, Yn.shape[0], Tn.shape[0]), ("kernel", "target", "fold")):
+        if P and (v.min() < 0 or v.max() >= hi):
+            raise ValueError(f"{name} index out of range [0, {hi}).")
+    if Kn.shape != (G, n, n) or Yn.shape[1:] != (n,) or Tn.shape[1:] != (n,) \
+            or Wn.shape != Tn.shape:
+        raise ValueError("inconsistent shapes of K, Y, train and wval.")
+    best = np.full(P, np.inf)
+    best_it = np.zeros(P, dtype=np.int64)
+    n_iter = np.zeros(P, dtype=np.int64)
+    alpha = np.zeros((P, n), dtype=np_dtype) if return_alpha else None
+    patience = int(max_iter) + 1 if patience is None else int(patience)
+
+    def run(lo: int, hi: int) -> int:
+        if hi <= lo:
+            return 0
+        return fn(
+            _METHODS[method], _ptr(Kn, real), n, hi - lo, _ptr(idx[0][lo:hi], ctypes.c_int64),
+            _ptr(Yn, real), _ptr(idx[1][lo:hi], ctypes.c_int64), _ptr(Tn, ctypes.c_uint8),
+            _ptr(Wn, ctypes.c_double), _ptr(idx[2][lo:hi], ctypes.c_int64), real(eta),
+            int(max_iter), patience, RESYNC, _ptr(best[lo:hi], ctypes.c_double),
+            _ptr(best_it[lo:hi], ctypes.c_int64), _ptr(n_iter[lo:hi], ctypes.c_int64),
+            None if alpha is None else _ptr(alpha[lo:], real),
+        )
+
+    threads = max(1, min(P, n_threads or torch.get_num_threads()))
+    if threads == 1:
+        codes = [run(0, P)]
+    else:  # ctypes releases the GIL; small slices keep the threads evenly loaded
+        size = max(1, P // (8 * threads))
+        with ThreadPoolExecutor(threads) as pool:
+            codes = list(pool.map(lambda lo: run(lo, min(P, lo + size)), range(0, P, size)))
+    if any(c != 0 for c in codes):
+        raise MemoryError("kernelflow._paths could not allocate its scratch memory.")
+    out = (best, best_it, n_iter)
+    if return_alpha:
+        out += (torch.from_numpy(alpha).to(K.device),)
+    return out
