@@ -18,8 +18,8 @@
  * Sign descent keeps w = L^T s for the current signs s and r -= eta w. A flipped sign changes w
  * by the change of sign times one row; when more signs flip than are non-zero, w is summed from
  * scratch. alpha = eta * c with c the running sum of the signs (integers, exact in double).
- * Every `resync` steps r and w are recomputed from c, which bounds the rounding drift of the
- * running sums.
+ * Every max(resync, n_tr) steps r and w are recomputed from c (two dense products, so O(n) per
+ * step on average), which bounds the rounding drift of the running sums.
  *
  * After every step the weighted squared error on the validation entries is recorded; the
  * problem stops after `patience` steps without a strict improvement, or after max_iter steps.
@@ -161,6 +161,9 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
                                          double *best, int64_t *best_it)
 {
     int64_t k = 0, since = 0;
+    /* a recomputation costs two dense products: at most one per n_tr steps keeps it O(n) per
+       step on average */
+    const int64_t period = resync > n_tr ? resync : n_tr;
     for (int64_t t = 0; t < n_tr; ++t) {
         count[t] = 0;
         sign[t] = 0;
@@ -168,7 +171,7 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
     for (int64_t j = 0; j < ld; ++j)
         w[j] = 0;
     while (k < max_iter) {
-        if (since == resync) { /* recompute r from the coefficients; w from scratch below */
+        if (since == period) { /* recompute r from the coefficients; w from scratch below */
             CAT(residual, SUFFIX)(L, ld, y, n_tr, count, eta, idx, coef, r);
             for (int64_t t = 0; t < n_tr; ++t)
                 sign[t] = 0;

@@ -30,7 +30,8 @@ _METHODS = {"sign": 0, "coordinate": 1}
 _I64 = ctypes.POINTER(ctypes.c_int64)
 _F64 = ctypes.POINTER(ctypes.c_double)
 _U8 = ctypes.POINTER(ctypes.c_uint8)
-# sums kept by sign descent are recomputed from alpha this often (bounds rounding drift)
+# sign descent recomputes its running sums from alpha every max(RESYNC, n) steps (bounds the
+# rounding drift at O(n) amortised cost per step)
 RESYNC = 256
 
 
