@@ -67,7 +67,7 @@ static int reserve(void **buf, size_t *have, size_t size)
         double *cnt = malloc(sizeof(double) * (size_t)(n + 1));                               \
         void *local = NULL;                                                                    \
         size_t local_size = 0;                                                                 \
-        int status = (ints && reals && wv && cnt) ? 0 : -1;                                           \
+        int status = (ints && reals && wv && cnt) ? 0 : -1;                                    \
         int64_t *col = ints, *idx = ints + ld_max;                                            \
         double *count = cnt;                                                                   \
         REAL_T *yl = reals, *r = reals + ld_max, *w = reals + 2 * ld_max,                      \
