@@ -64,12 +64,11 @@ static int reserve(void **buf, size_t *have, size_t size)
         int64_t *ints = malloc(sizeof(int64_t) * (size_t)(2 * ld_max));                       \
         REAL_T *reals = malloc(sizeof(REAL_T) * (size_t)(6 * ld_max));                        \
         double *wv = malloc(sizeof(double) * (size_t)(n + 1));                                \
-        double *cnt = malloc(sizeof(double) * (size_t)(n + 1));                               \
+        double *count = malloc(sizeof(double) * (size_t)(n + 1));                             \
         void *local = NULL;                                                                    \
         size_t local_size = 0;                                                                 \
-        int status = (ints && reals && wv && cnt) ? 0 : -1;                                    \
+        int status = (ints && reals && wv && count) ? 0 : -1;                                  \
         int64_t *col = ints, *idx = ints + ld_max;                                            \
-        double *count = cnt;                                                                   \
         REAL_T *yl = reals, *r = reals + ld_max, *w = reals + 2 * ld_max,                      \
                *sg = reals + 3 * ld_max, *sn = reals + 4 * ld_max, *coef = reals + 5 * ld_max; \
         for (int64_t p = 0; p < P && status == 0; ++p) {                                       \
@@ -129,7 +128,7 @@ static int reserve(void **buf, size_t *have, size_t size)
         free(ints);                                                                            \
         free(reals);                                                                           \
         free(wv);                                                                              \
-        free(cnt);                                                                             \
+        free(count);                                                                           \
         free(local);                                                                           \
         return status;                                                                         \
     }
