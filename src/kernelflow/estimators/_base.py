@@ -10,6 +10,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
 from ..operators import KernelOperator, Options
+from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, to_output
 
 __all__ = ["KernelEstimatorMixin", "KERNEL_CONSTRAINTS"]
@@ -26,12 +27,15 @@ KERNEL_CONSTRAINTS = {
 }
 
 
-class KernelEstimatorMixin:
+class KernelEstimatorMixin(AtomicFitMixin):
     """Kernel construction, target centring and kernel prediction for estimators.
 
     Expects the parameters ``kernel``, ``sigma``, ``gamma``, ``degree``, ``coef0``,
     ``fit_intercept`` and ``options``; ``_kernel_predict`` expects the fitted attributes
     ``kernel_``, ``X_fit_``, ``dual_coef_`` and ``intercept_``.
+
+    ``fit`` (and ``partial_fit`` where defined) of every subclass is all-or-nothing: see
+    :class:`kernelflow.utils._atomic.AtomicFitMixin`.
     """
 
     #: Whether y may have several columns (sets scikit-learn's ``multi_output`` tag).

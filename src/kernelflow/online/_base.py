@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
 from ..kernels import Gaussian, Kernel, make_kernel
+from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, check_X_y
 from ._updates import single_thread_blas
 
@@ -58,7 +59,7 @@ def kernel_diag(kernel: Kernel, x: np.ndarray) -> float:
     return float(kernel_block(kernel, x[None], x[None])[0, 0])
 
 
-class OnlineRegressorBase(RegressorMixin, BaseEstimator):
+class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
     """Online regressor with scikit-learn (``partial_fit``) and river (``learn_one``) APIs.
 
     ``fit(X, y)`` is one pass of the online protocol from a fresh state; ``partial_fit`` continues

@@ -1,0 +1,155 @@
+"""All-or-nothing fits: a fit that does not return leaves the estimator exactly as it was.
+
+:class:`AtomicFitMixin` wraps, in every subclass, the methods that change the fitted state
+(``fit``, ``partial_fit``, ``learn_one``, ``progressive_predict``). Each wrapped call
+
+- records the instance ``__dict__`` before running;
+- for a *fresh* fit (``fit`` without ``warm_start``) removes the previous fitted state first, so
+  the fit builds every fitted attribute anew and cannot mutate the old ones in place: the state
+  left at the end is exactly the new model, with no attribute surviving from the previous fit;
+- for a *continuing* call (``partial_fit``, ``learn_one``, a ``warm_start`` fit) deep-copies the
+  fitted state before the call, because these update arrays and tensors in place;
+- on any :class:`BaseException` (``KeyboardInterrupt``, an exception raised by a callback, a
+  ``DivergenceError``, a ``MemoryError``) puts the recorded ``__dict__`` back and re-raises.
+
+A new estimator deriving from one of the base classes gets this without writing anything.
+Calls nested on the same instance (``fit`` calling ``super().fit`` or ``partial_fit``) are
+protected once, by the outermost call.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import threading
+
+__all__ = ["AtomicFitMixin", "atomic_fit", "fitted_state_keys"]
+
+#: Methods wrapped in every subclass (when the subclass defines them).
+ATOMIC_METHODS = ("fit", "partial_fit", "learn_one", "progressive_predict")
+
+#: Prefixes of the private attributes that scikit-learn itself sets on an estimator.
+_SKLEARN_PRIVATE = ("_sklearn", "_skl_", "_metadata_request", "_parent_callback", "_callback")
+
+_active = threading.local()
+
+
+def _active_ids() -> set:
+    ids = getattr(_active, "ids", None)
+    if ids is None:
+        ids = _active.ids = set()
+    return ids
+
+
+def _param_names(est) -> set:
+    try:
+        return set(est._get_param_names())
+    except (AttributeError, RuntimeError):  # not a scikit-learn estimator
+        return set()
+
+
+def fitted_state_keys(est) -> list:
+    """Names in ``est.__dict__`` that are fitted state rather than parameters or configuration.
+
+    Constructor parameters and scikit-learn's own configuration and callback bookkeeping
+    (``_sklearn_output_config``, ``_metadata_request``, ``_skl_callbacks``,
+    ``_parent_callback_ctx``...) are not fitted state.
+    """
+    params = _param_names(est)
+    return [k for k in est.__dict__ if k not in params and not k.startswith(_SKLEARN_PRIVATE)]
+
+
+def _is_fresh(est, name: str) -> bool:
+    """Whether the call rebuilds the model from nothing (the old state is then set aside)."""
+    if name != "fit":
+        return False
+    fresh = getattr(type(est), "_atomic_fit_is_fresh", None)
+    if fresh is not None:
+        return bool(fresh(est))
+    return not bool(getattr(est, "warm_start", False))
+
+
+def _snapshot(est, deep: bool) -> dict:
+    saved = dict(est.__dict__)
+    if not deep:
+        return saved
+    # parameters are never mutated by a fit and may hold objects that cannot be copied
+    # (callbacks, open resources): keep them by identity
+    memo = {id(v): v for k, v in saved.items() if k in _param_names(est)}
+    for k in fitted_state_keys(est):
+        saved[k] = copy.deepcopy(saved[k], memo)
+    return saved
+
+
+def _restore(est, saved: dict) -> None:
+    # a second interrupt during the restore must not leave a mix: redo it until it completes
+    while True:
+        try:
+            d = est.__dict__
+            d.clear()
+            d.update(saved)
+            return
+        except BaseException:  # noqa: BLE001 - retry whatever interrupted the restore
+            continue
+
+
+def atomic_fit(method, name: str | None = None):
+    """Wrap a state-changing method so that it is all-or-nothing (see the module docstring)."""
+    if getattr(method, "__kernelflow_atomic__", False):
+        return method
+    name = name or method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        ids = _active_ids()
+        key = id(self)
+        if key in ids:  # nested call on the same instance: the outer call protects it
+            return method(self, *args, **kwargs)
+        ids.add(key)
+        saved = None
+        try:
+            fresh = _is_fresh(self, name)
+            saved = _snapshot(self, deep=not fresh)
+            if fresh:
+                for k in fitted_state_keys(self):
+                    del self.__dict__[k]
+            return method(self, *args, **kwargs)
+        except BaseException:
+            if saved is not None:
+                _restore(self, saved)
+            raise
+        finally:
+            ids.discard(key)
+
+    wrapper.__kernelflow_atomic__ = True
+    return wrapper
+
+
+class AtomicFitMixin:
+    """Make ``fit``/``partial_fit``/``learn_one``/``progressive_predict`` all-or-nothing.
+
+    Every class deriving from this mixin has the methods named in :data:`ATOMIC_METHODS` that it
+    defines wrapped by :func:`atomic_fit`. A class may define ``_atomic_fit_is_fresh(self)`` to
+    say when its ``fit`` starts from nothing (default: unless ``warm_start`` is true).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelflow.estimators import KernelRidge
+    >>> rng = np.random.default_rng(0)
+    >>> est = KernelRidge(alpha=0.1).fit(rng.normal(size=(20, 2)), rng.normal(size=20))
+    >>> before = est.predict(np.zeros((1, 2)))
+    >>> try:
+    ...     est.fit(rng.normal(size=(20, 3)), np.full(20, np.nan))
+    ... except ValueError:
+    ...     pass
+    >>> bool(np.array_equal(est.predict(np.zeros((1, 2))), before)), est.n_features_in_
+    (True, 2)
+    """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ATOMIC_METHODS:
+            method = cls.__dict__.get(name)
+            if callable(method):
+                setattr(cls, name, atomic_fit(method, name))
