@@ -23,6 +23,8 @@ import math
 import numpy as np
 from scipy.linalg import blas, solve_triangular
 
+from ..utils._finite import DivergenceError
+
 __all__ = [
     "RecursiveAWV",
     "GrowingCholeskyInverse",
@@ -89,7 +91,7 @@ class RecursiveAWV:
         u = _dsymv(1.0, self.A_inv, v)
         q = float(v @ u)
         if not q >= 0.0:  # NaN or a matrix that lost positive definiteness
-            raise FloatingPointError(f"A⁻¹ is no longer positive definite (q = {q!r})")
+            raise DivergenceError(f"A⁻¹ is no longer positive definite (q = {q!r})")
         den = 1.0 + q
         yk = float(v @ self.w)
         self.A_inv = _dsyr(-1.0 / den, u, a=self.A_inv, overwrite_a=1)

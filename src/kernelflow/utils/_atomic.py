@@ -23,7 +23,7 @@ import copy
 import functools
 import threading
 
-__all__ = ["AtomicFitMixin", "atomic_fit", "fitted_state_keys"]
+__all__ = ["AtomicFitMixin", "atomic_fit", "finite_output", "fitted_state_keys"]
 
 #: Methods wrapped in every subclass (when the subclass defines them).
 ATOMIC_METHODS = ("fit", "partial_fit", "learn_one", "progressive_predict")
@@ -125,12 +125,35 @@ def atomic_fit(method, name: str | None = None):
     return wrapper
 
 
+#: Methods whose floating-point results are checked for NaN and infinity (a last safeguard: the
+#: causes, inputs and parameters out of range, are refused where they enter).
+CHECKED_OUTPUTS = ("predict", "decision_function", "score_samples", "transform")
+
+
+def finite_output(method, name: str | None = None):
+    """Wrap a prediction method so that a non-finite float result raises ``ValueError``."""
+    if getattr(method, "__kernelflow_finite__", False):
+        return method
+    from ._finite import check_finite_output
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        check_finite_output(type(self).__name__, out, name or method.__name__)
+        return out
+
+    wrapper.__kernelflow_finite__ = True
+    return wrapper
+
+
 class AtomicFitMixin:
     """Make ``fit``/``partial_fit``/``learn_one``/``progressive_predict`` all-or-nothing.
 
     Every class deriving from this mixin has the methods named in :data:`ATOMIC_METHODS` that it
     defines wrapped by :func:`atomic_fit`. A class may define ``_atomic_fit_is_fresh(self)`` to
-    say when its ``fit`` starts from nothing (default: unless ``warm_start`` is true).
+    say when its ``fit`` starts from nothing (default: unless ``warm_start`` is true). The
+    methods named in :data:`CHECKED_OUTPUTS` raise ``ValueError`` rather than return NaN or
+    infinity.
 
     Examples
     --------
@@ -153,3 +176,7 @@ class AtomicFitMixin:
             method = cls.__dict__.get(name)
             if callable(method):
                 setattr(cls, name, atomic_fit(method, name))
+        for name in CHECKED_OUTPUTS:
+            method = cls.__dict__.get(name)
+            if callable(method):
+                setattr(cls, name, finite_output(method, name))
