@@ -79,7 +79,9 @@ class RecursiveAWV:
 
     def __init__(self, r: int, alpha: float, *, refresh: int = 4096):
         self.r = int(r)
-        self.A_inv = np.asfortranarray(np.eye(self.r) / alpha)
+        # one r x r allocation (zeros come from calloc): no eye, quotient and Fortran copies
+        self.A_inv = np.zeros((self.r, self.r), order="F")
+        np.fill_diagonal(self.A_inv, 1.0 / alpha)
         self.b = np.zeros(self.r)
         self.w = np.zeros(self.r)
         self.refresh = int(refresh)

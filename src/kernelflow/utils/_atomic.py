@@ -93,6 +93,40 @@ def _restore(est, saved: dict) -> None:
             continue
 
 
+_ALLOCATOR_MESSAGES = ("can't allocate memory", "cannot allocate memory", "out of memory",
+                       "unable to allocate", "defaultcpuallocator")
+
+
+def _is_raw_allocation_failure(exc: BaseException) -> bool:
+    """An allocator's own error (torch, NumPy, CUDA), as opposed to a budget refusal of ours."""
+    if getattr(exc, "__kernelflow_advice__", False):
+        return False
+    text = str(exc).lower()
+    if isinstance(exc, MemoryError):
+        return "memory budget" not in text and "memory_budget" not in text
+    oom = getattr(__import__("torch"), "OutOfMemoryError", ())
+    if oom and isinstance(exc, oom):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in text for m in _ALLOCATOR_MESSAGES)
+
+
+def _memory_advice(est, name: str, exc: BaseException) -> str:
+    try:
+        from ..operators import available_memory
+
+        free = f"{available_memory() / 2**30:.2f} GiB"
+    except Exception:  # noqa: BLE001 - advice only
+        free = "unknown"
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return (
+        f"{type(est).__name__}.{name} ran out of memory ({first}). This process may use about "
+        f"{free} now (host, cgroup and RLIMIT_AS limits). Lower the problem size (fewer rows, "
+        "n_components, block_size or degree), use float32 where the estimator offers dtype, or "
+        "set options=Options(memory_budget=...) below that figure. The estimator is left as it "
+        "was before the call."
+    )
+
+
 def atomic_fit(method, name: str | None = None):
     """Wrap a state-changing method so that it is all-or-nothing (see the module docstring)."""
     if getattr(method, "__kernelflow_atomic__", False):
@@ -114,9 +148,11 @@ def atomic_fit(method, name: str | None = None):
                 for k in fitted_state_keys(self):
                     del self.__dict__[k]
             return method(self, *args, **kwargs)
-        except BaseException:
+        except BaseException as exc:
             if saved is not None:
                 _restore(self, saved)
+            if _is_raw_allocation_failure(exc):
+                raise MemoryError(_memory_advice(self, name, exc)) from exc
             raise
         finally:
             ids.discard(key)

@@ -16,7 +16,7 @@ import torch
 
 __all__ = [
     "check_magnitude", "check_bandwidth", "check_finite_output", "magnitude_limit",
-    "DivergenceError", "NotPositiveDefiniteError",
+    "DivergenceError", "NotPositiveDefiniteError", "MemoryBudgetError",
 ]
 
 
@@ -132,3 +132,16 @@ class NotPositiveDefiniteError(ValueError, torch.linalg.LinAlgError):
 
 
 NotPositiveDefiniteError.__module__ = "kernelflow.linalg"
+
+
+class MemoryBudgetError(ValueError, MemoryError):
+    """A model or an allocation would exceed the memory this process may use.
+
+    Raised before allocating, with advice (a smaller size that fits). Both a ``ValueError`` (a
+    parameter is too large for this machine) and a ``MemoryError``.
+    """
+
+    __kernelflow_advice__ = True
+
+
+MemoryBudgetError.__module__ = "kernelflow.operators"
