@@ -184,6 +184,17 @@ class GrowingCholeskyInverse:
         self.Linv = np.zeros((capacity, capacity))
         self.z = np.zeros(capacity)
 
+    def __atomic_copy__(self, memo):
+        # rows and columns beyond n are never read and stay zero: copy the used block only
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        n = self.n
+        new.Linv = np.zeros_like(self.Linv)
+        new.Linv[:n, :n] = self.Linv[:n, :n]
+        new.z = np.zeros_like(self.z)
+        new.z[:n] = self.z[:n]
+        return new
+
     def _grow(self):
         cap = self.Linv.shape[0] * 2
         Linv = np.zeros((cap, cap))

@@ -23,6 +23,9 @@ import copy
 import functools
 import threading
 
+import numpy as np
+import torch
+
 __all__ = ["AtomicFitMixin", "atomic_fit", "finite_output", "fitted_state_keys"]
 
 #: Methods wrapped in every subclass (when the subclass defines them).
@@ -41,11 +44,19 @@ def _active_ids() -> set:
     return ids
 
 
-def _param_names(est) -> set:
-    try:
-        return set(est._get_param_names())
-    except (AttributeError, RuntimeError):  # not a scikit-learn estimator
-        return set()
+_PARAM_NAMES: dict = {}
+
+
+def _param_names(est) -> frozenset:
+    t = type(est)
+    names = _PARAM_NAMES.get(t)
+    if names is None:
+        try:
+            names = frozenset(est._get_param_names())
+        except (AttributeError, RuntimeError, TypeError):  # not a scikit-learn estimator
+            names = frozenset()
+        _PARAM_NAMES[t] = names
+    return names
 
 
 def fitted_state_keys(est) -> list:
@@ -69,15 +80,76 @@ def _is_fresh(est, name: str) -> bool:
     return not bool(getattr(est, "warm_start", False))
 
 
+_ATOMS = (type(None), bool, int, float, complex, str, bytes, range, type, frozenset,
+          type(len), type(lambda: None))
+_MISSING = object()
+
+
+def _plain(t) -> bool:
+    """Objects copied field by field: plain ``__dict__`` classes with default pickling."""
+    return (getattr(t, "__deepcopy__", None) is None and "__slots__" not in t.__dict__
+            and t.__reduce_ex__ is object.__reduce_ex__ and t.__reduce__ is object.__reduce__
+            and getattr(t, "__getstate__", object.__getstate__) is object.__getstate__
+            and getattr(t, "__setstate__", None) is None)
+
+
+def state_copy(obj, memo: dict):
+    """Deep copy of fitted state, faster than :func:`copy.deepcopy` on plain objects.
+
+    Arrays are copied with their memory order, tensors through ``copy.deepcopy`` (which keeps
+    views of one storage together), objects with an ``__atomic_copy__(memo)`` method by it
+    (e.g. growing buffers that copy their used part only), containers and plain objects field by
+    field; anything else goes to ``copy.deepcopy``. Same ``memo`` protocol as ``copy.deepcopy``.
+    """
+    r = memo.get(id(obj), _MISSING)
+    if r is not _MISSING:
+        return r
+    t = type(obj)
+    if t in _ATOMS:
+        return obj
+    if t is np.ndarray:
+        r = obj.copy(order="K")
+    elif t is list:
+        r = []
+        memo[id(obj)] = r
+        r.extend(state_copy(v, memo) for v in obj)
+    elif t is dict:
+        r = {}
+        memo[id(obj)] = r
+        for k, v in obj.items():
+            r[k] = state_copy(v, memo)
+    elif t is tuple:
+        r = tuple(state_copy(v, memo) for v in obj)
+    elif t is np.random.RandomState:
+        r = np.random.RandomState()
+        r.set_state(obj.get_state(legacy=False))
+    elif t is np.random.Generator:
+        bg = type(obj.bit_generator)()
+        bg.state = obj.bit_generator.state
+        r = np.random.Generator(bg)
+    elif hasattr(t, "__atomic_copy__"):
+        r = obj.__atomic_copy__(memo)
+    elif hasattr(obj, "__dict__") and _plain(t) and not isinstance(obj, torch.Tensor):
+        r = t.__new__(t)
+        memo[id(obj)] = r
+        r.__dict__.update({k: state_copy(v, memo) for k, v in obj.__dict__.items()})
+    else:
+        r = copy.deepcopy(obj, memo)
+    memo[id(obj)] = r
+    memo.setdefault(id(memo), []).append(obj)  # keep the original alive, as deepcopy does
+    return r
+
+
 def _snapshot(est, deep: bool) -> dict:
     saved = dict(est.__dict__)
     if not deep:
         return saved
     # parameters are never mutated by a fit and may hold objects that cannot be copied
     # (callbacks, open resources): keep them by identity
-    memo = {id(v): v for k, v in saved.items() if k in _param_names(est)}
+    params = _param_names(est)
+    memo = {id(v): v for k, v in saved.items() if k in params}
     for k in fitted_state_keys(est):
-        saved[k] = copy.deepcopy(saved[k], memo)
+        saved[k] = state_copy(saved[k], memo)
     return saved
 
 

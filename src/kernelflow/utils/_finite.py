@@ -20,10 +20,15 @@ __all__ = [
 ]
 
 
+_FMAX: dict = {}
+
+
 def magnitude_limit(dtype, count: int) -> float:
     """Largest |value| whose squares, summed ``4 * count`` times, stay finite in ``dtype``."""
-    fmax = float(torch.finfo(dtype).max) if isinstance(dtype, torch.dtype) else \
-        float(np.finfo(dtype).max)
+    fmax = _FMAX.get(dtype)
+    if fmax is None:
+        fmax = _FMAX[dtype] = float(torch.finfo(dtype).max) if isinstance(dtype, torch.dtype) \
+            else float(np.finfo(dtype).max)
     return math.sqrt(fmax / (4.0 * max(1, int(count))))
 
 
