@@ -10,7 +10,10 @@
 - for a *continuing* call (``partial_fit``, ``learn_one``, a ``warm_start`` fit) deep-copies the
   fitted state before the call, because these update arrays and tensors in place;
 - on any :class:`BaseException` (``KeyboardInterrupt``, an exception raised by a callback, a
-  ``DivergenceError``, a ``MemoryError``) puts the recorded ``__dict__`` back and re-raises.
+  ``DivergenceError``, a ``MemoryError``) puts the recorded ``__dict__`` back and re-raises;
+  an allocator's own failure (torch's "can't allocate memory", CUDA out of memory, NumPy's
+  "Unable to allocate") is re-raised as a ``MemoryError`` with advice (smaller sizes, float32,
+  ``Options(memory_budget=...)``).
 
 A new estimator deriving from one of the base classes gets this without writing anything.
 Calls nested on the same instance (``fit`` calling ``super().fit`` or ``partial_fit``) are
