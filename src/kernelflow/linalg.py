@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from scipy.linalg import lapack
 
+from .utils._finite import DivergenceError, NotPositiveDefiniteError
+
 __all__ = [
     "NearSingularKernelWarning",
     "cholesky",
@@ -88,7 +90,7 @@ def cholesky(A: torch.Tensor, *, jitter: float | None = None, max_tries: int = 8
                 )
             return L, j
         j *= 10.0
-    raise torch.linalg.LinAlgError(
+    raise NotPositiveDefiniteError(
         f"cholesky failed even with jitter {j / 10:.3g}: the matrix is not positive definite."
     )
 
@@ -167,7 +169,7 @@ def conjugate_gradient(
         rel = torch.linalg.vector_norm(R, dim=0) / b_norm
         norms.append(float(rel.max()))
         if not math.isfinite(norms[-1]):
-            raise FloatingPointError("conjugate_gradient diverged (non-finite residual).")
+            raise DivergenceError("conjugate_gradient diverged (non-finite residual).")
         converged = bool((rel <= tol).all())
         if callback is not None:
             try:
@@ -203,7 +205,13 @@ def symmetric_eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         raise ValueError(f"symmetric_eigh needs a square matrix, got shape {tuple(K.shape)}.")
     if not torch.isfinite(K).all():
         raise ValueError("symmetric_eigh: the matrix contains NaN or inf.")
-    s, U = torch.linalg.eigh(K)
+    try:
+        s, U = torch.linalg.eigh(K)
+    except torch.linalg.LinAlgError as exc:
+        raise NotPositiveDefiniteError(
+            f"symmetric_eigh: the eigensolver failed on the kernel matrix ({exc}); check the "
+            "scale of X and the bandwidth."
+        ) from None
     return s.clamp_min(0.0), U
 
 
@@ -299,7 +307,7 @@ class BandedForm:
                 if info < 0:  # pragma: no cover - argument error, a bug
                     raise ValueError(f"dpbsv: illegal value in argument {-info}.")
                 added = scale * self.eps * 10 * 10.0**attempt
-            raise torch.linalg.LinAlgError(
+            raise NotPositiveDefiniteError(
                 f"shift {shift:.3g}: the shifted matrix is not positive definite."
             )
 

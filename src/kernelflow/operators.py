@@ -86,12 +86,107 @@ class Options:
         return 1e-7 if dtype == torch.float32 else 1e-12
 
 
-def available_memory(device: torch.device | str | None = None) -> int:
-    """Bytes available now on ``device`` (host RAM for CPU)."""
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+_UNLIMITED = 2**60  # cgroup "no limit" values are near 2**63
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            text = fh.read().strip()
+    except OSError:
+        return None
+    if text in ("", "max"):
+        return None
+    try:
+        value = int(text.split()[0])
+    except ValueError:
+        return None
+    return None if value >= _UNLIMITED else value
+
+
+def _cgroup_paths(proc_cgroup: str) -> tuple[str | None, str | None]:
+    """This process's cgroup v2 path and v1 memory-controller path (from /proc/self/cgroup)."""
+    v2 = v1 = None
+    try:
+        with open(proc_cgroup) as fh:
+            for line in fh:
+                parts = line.rstrip("\n").split(":", 2)
+                if len(parts) != 3:
+                    continue
+                if parts[0] == "0" and parts[1] == "":
+                    v2 = parts[2]
+                elif "memory" in parts[1].split(","):
+                    v1 = parts[2]
+    except OSError:
+        pass
+    return v2, v1
+
+
+def _cgroup_available(root: str = "/sys/fs/cgroup",
+                      proc_cgroup: str = "/proc/self/cgroup") -> int | None:
+    """Bytes left under this process's cgroup memory limit (v2 or v1), None when unlimited.
+
+    Every level from the process's own cgroup up to the root is read (the tightest limit wins);
+    inside a container the cgroup namespace makes the mount point the process's own cgroup.
+    """
+    v2_path, v1_path = _cgroup_paths(proc_cgroup)
+    best = None
+
+    def consider(limit_file, usage_file):
+        nonlocal best
+        limit = _read_int(limit_file)
+        if limit is None:
+            return
+        usage = _read_int(usage_file) or 0
+        left = max(0, limit - usage)
+        best = left if best is None else min(best, left)
+
+    def levels(base, rel):
+        rel = (rel or "/").strip("/")
+        parts = rel.split("/") if rel else []
+        dirs = [os.path.join(base, *parts[:i]) for i in range(len(parts), -1, -1)]
+        return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)] or [base]
+
+    if os.path.exists(os.path.join(root, "cgroup.controllers")):  # unified (v2) hierarchy
+        for d in levels(root, v2_path):
+            consider(os.path.join(d, "memory.max"), os.path.join(d, "memory.current"))
+    v1_root = os.path.join(root, "memory")
+    if os.path.isdir(v1_root):
+        for d in levels(v1_root, v1_path):
+            consider(os.path.join(d, "memory.limit_in_bytes"),
+                     os.path.join(d, "memory.usage_in_bytes"))
+    return best
+
+
+def _rlimit_available() -> int | None:
+    """Bytes of address space left under ``RLIMIT_AS`` (and ``RLIMIT_DATA``), None if unlimited."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return None
+    best = None
+    for name, field in (("RLIMIT_AS", "VmSize:"), ("RLIMIT_DATA", "VmData:")):
+        lim = getattr(resource, name, None)
+        if lim is None:
+            continue
+        soft, _ = resource.getrlimit(lim)
+        if soft == resource.RLIM_INFINITY or soft < 0:
+            continue
+        used = 0
+        try:
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith(field):
+                        used = int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError):
+            pass
+        left = max(0, int(soft) - used)
+        best = left if best is None else min(best, left)
+    return best
+
+
+def _host_available() -> int:
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
@@ -105,8 +200,28 @@ def available_memory(device: torch.device | str | None = None) -> int:
         return 4 * 2**30
 
 
+def available_memory(device: torch.device | str | None = None) -> int:
+    """Bytes available now on ``device``: for the CPU, the smallest of the host's free memory
+    (``MemAvailable``), what is left under this process's cgroup memory limit (v2
+    ``memory.max - memory.current``, v1 ``memory.limit_in_bytes - memory.usage_in_bytes``) and
+    under its address-space limit (``RLIMIT_AS``/``RLIMIT_DATA`` minus the current size).
+
+    Examples
+    --------
+    >>> available_memory() > 0
+    True
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    limits = [_host_available(), _cgroup_available(), _rlimit_available()]
+    return int(min(v for v in limits if v is not None))
+
+
 def memory_budget(options: Options | None = None, device=None) -> int:
-    """Bytes one engine call may use: ``options.memory_budget`` or a fraction of what is free."""
+    """Bytes one engine call may use: ``options.memory_budget`` or a fraction of what is free
+    (see :func:`available_memory`: host, cgroup and address-space limits)."""
     options = options or Options()
     if options.memory_budget is not None:
         return int(options.memory_budget)

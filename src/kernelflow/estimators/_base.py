@@ -10,6 +10,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
 from ..operators import KernelOperator, Options
+from ..utils._atomic import AtomicFitMixin
+from ..utils._finite import check_bandwidth, check_finite_output
 from ..utils._validation import check_X, to_output
 
 __all__ = ["KernelEstimatorMixin", "KERNEL_CONSTRAINTS"]
@@ -26,12 +28,15 @@ KERNEL_CONSTRAINTS = {
 }
 
 
-class KernelEstimatorMixin:
+class KernelEstimatorMixin(AtomicFitMixin):
     """Kernel construction, target centring and kernel prediction for estimators.
 
     Expects the parameters ``kernel``, ``sigma``, ``gamma``, ``degree``, ``coef0``,
     ``fit_intercept`` and ``options``; ``_kernel_predict`` expects the fitted attributes
     ``kernel_``, ``X_fit_``, ``dual_coef_`` and ``intercept_``.
+
+    ``fit`` (and ``partial_fit`` where defined) of every subclass is all-or-nothing: see
+    :class:`kernelflow.utils._atomic.AtomicFitMixin`.
     """
 
     #: Whether y may have several columns (sets scikit-learn's ``multi_output`` tag).
@@ -48,7 +53,7 @@ class KernelEstimatorMixin:
         # weighting by integers is the same as repeating rows.
         if sample_weight is not None:
             X = X[sample_weight > 0]
-        return make_kernel(
+        kernel = make_kernel(
             self.kernel,
             sigma=getattr(self, "sigma", None),
             gamma=getattr(self, "gamma", None),
@@ -56,6 +61,8 @@ class KernelEstimatorMixin:
             coef0=getattr(self, "coef0", 1.0),
             X=X,
         )
+        check_bandwidth(kernel)
+        return kernel
 
     def _options(self) -> Options:
         return getattr(self, "options", None) or Options()
@@ -80,4 +87,5 @@ class KernelEstimatorMixin:
         Xt, kind = check_X(self, X, reset=False)
         Xt = Xt.to(device=self.X_fit_.device, dtype=self.X_fit_.dtype)
         out = self._operator(Xt) @ self.dual_coef_ + self.intercept_
+        check_finite_output(type(self).__name__, out)
         return to_output(out, kind)

@@ -23,6 +23,7 @@ from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..features.random import supports_random_features
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
 from ..solvers.doubly_stochastic import DoublyStochasticModel, StepSchedule
+from ..utils._atomic import AtomicFitMixin
 from ..utils._progress import progress
 from ..utils._validation import check_X
 
@@ -62,7 +63,7 @@ DATA_PARALLEL_CONSTRAINTS = {"distributed": DISTRIBUTED_CONSTRAINT}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
-class DoublyStochasticMixin:
+class DoublyStochasticMixin(AtomicFitMixin):
     """fit / partial_fit / prediction for the doubly stochastic estimators.
 
     Subclasses define ``_loss_name()``, ``_regularisation()``, ``_encode_targets(y, first)``
@@ -150,7 +151,7 @@ class DoublyStochasticMixin:
         return m
 
     def __getstate__(self):
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # a copy: object.__getstate__ returns __dict__
         state.pop("_model", None)  # the model file holds coefficients only
         return state
 

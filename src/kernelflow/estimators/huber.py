@@ -12,6 +12,7 @@ from sklearn.utils._param_validation import Interval
 
 from ..operators import KernelOperator
 from ..solvers.m_estimators import HUBER_C, kernel_huber_irls
+from ..utils._finite import DivergenceError
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -64,7 +65,7 @@ class _KernelIRLSRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                 f"(tol={self.tol}); increase max_iter.", ConvergenceWarning, stacklevel=2,
             )
         if not torch.isfinite(res.coef).all():
-            raise FloatingPointError("The reweighted solve produced non-finite coefficients.")
+            raise DivergenceError("The reweighted solve produced non-finite coefficients.")
         self.X_fit_ = X
         self.dual_coef_ = res.coef
         self.n_iter_ = int(res.n_iter)

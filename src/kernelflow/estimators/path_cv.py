@@ -16,6 +16,7 @@ from ..kernels import Kernel, make_kernel, median_heuristic
 from ..operators import KernelOperator
 from ..solvers.path_cv import early_stopping_path_cv
 from ..solvers.paths import coordinate_descent_path, gradient_descent_path, sign_gradient_path
+from ..utils._finite import DivergenceError
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -136,7 +137,7 @@ class _PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         K = op.to_dense() if op.fits_in_memory() else op
         path = self._refit(K, yc, self.n_iter_)
         if not torch.isfinite(path.alpha).all():
-            raise FloatingPointError("The refit diverged; lower learning_rate.")
+            raise DivergenceError("The refit diverged; lower learning_rate.")
         self.X_fit_ = X
         self.dual_coef_ = path.alpha
         self.t_ = self.n_iter_ * float(self.learning_rate)

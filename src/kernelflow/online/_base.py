@@ -25,6 +25,13 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
 from ..kernels import Gaussian, Kernel, make_kernel
+from ..utils._atomic import AtomicFitMixin
+from ..utils._finite import (
+    DivergenceError,
+    check_bandwidth,
+    check_finite_output,
+    check_magnitude,
+)
 from ..utils._validation import check_X, check_X_y
 from ._updates import single_thread_blas
 
@@ -58,7 +65,7 @@ def kernel_diag(kernel: Kernel, x: np.ndarray) -> float:
     return float(kernel_block(kernel, x[None], x[None])[0, 0])
 
 
-class OnlineRegressorBase(RegressorMixin, BaseEstimator):
+class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
     """Online regressor with scikit-learn (``partial_fit``) and river (``learn_one``) APIs.
 
     ``fit(X, y)`` is one pass of the online protocol from a fresh state; ``partial_fit`` continues
@@ -87,11 +94,23 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
     # ---- helpers ------------------------------------------------------------------------------
     def _make_kernel(self) -> Kernel:
         if isinstance(self.kernel, Kernel):
-            return make_kernel(self.kernel)
-        gamma = getattr(self, "gamma", None)
-        return make_kernel(self.kernel, sigma=None if gamma is not None else self.sigma,
-                           gamma=gamma, degree=getattr(self, "degree", 3),
-                           coef0=getattr(self, "coef0", 1.0))
+            kernel = make_kernel(self.kernel)
+        else:
+            gamma = getattr(self, "gamma", None)
+            kernel = make_kernel(self.kernel, sigma=None if gamma is not None else self.sigma,
+                                 gamma=gamma, degree=getattr(self, "degree", 3),
+                                 coef0=getattr(self, "coef0", 1.0))
+        check_bandwidth(kernel)
+        return kernel
+
+    def _diverged(self, t: int):
+        params = {k: v for k, v in self.get_params().items()
+                  if k in ("alpha", "learning_rate", "eta", "sigma", "gamma", "C")}
+        raise DivergenceError(
+            f"{type(self).__name__} made a non-finite prediction at round {t}: the state "
+            f"overflowed with {params} (increase alpha, lower the learning rate, or rescale X "
+            "and y). The learner is left as it was before this call."
+        )
 
     def _start(self, X, y, reset: bool):
         Xt, yt, _, kind = check_X_y(self, X, y, reset=reset, multi_output=False)
@@ -112,6 +131,8 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         with ctx:
             for t in range(X.shape[0]):
                 yhat = begin(X[t])
+                if not math.isfinite(yhat):
+                    self._diverged(self.n_rounds_ + t)
                 if preds is not None:
                     preds[t] = yhat
                 end(float(y[t]))
@@ -192,6 +213,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         check_is_fitted(self, "n_rounds_")
         Xt, kind = check_X(self, X, reset=False)
         out = self._predict_rows(Xt.detach().cpu().numpy().astype(np.float64, copy=False))
+        check_finite_output(type(self).__name__, out)
         return torch.from_numpy(out).to(Xt.dtype) if kind == "torch" else out
 
     def __sklearn_tags__(self):
@@ -220,6 +242,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         if not np.all(np.isfinite(row)):
             bad = [k for k, v in zip(keys, row) if not math.isfinite(v)]
             raise ValueError(f"x contains NaN or infinity in feature(s) {bad[:5]}")
+        check_magnitude("x", row, axis_count=row.shape[0])
         return row
 
     def learn_one(self, x: dict, y: float) -> None:
@@ -246,7 +269,8 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         else:
             row = self._row_from_dict(x)
         with single_thread_blas() if self._single_thread_rounds else contextlib.nullcontext():
-            self._begin(row)
+            if not math.isfinite(self._begin(row)):
+                self._diverged(self.n_rounds_)
             self._end(float(y))
         self.n_rounds_ += 1
 

@@ -23,6 +23,8 @@ import math
 import numpy as np
 from scipy.linalg import blas, solve_triangular
 
+from ..utils._finite import DivergenceError
+
 __all__ = [
     "RecursiveAWV",
     "GrowingCholeskyInverse",
@@ -77,7 +79,9 @@ class RecursiveAWV:
 
     def __init__(self, r: int, alpha: float, *, refresh: int = 4096):
         self.r = int(r)
-        self.A_inv = np.asfortranarray(np.eye(self.r) / alpha)
+        # one r x r allocation (zeros come from calloc): no eye, quotient and Fortran copies
+        self.A_inv = np.zeros((self.r, self.r), order="F")
+        np.fill_diagonal(self.A_inv, 1.0 / alpha)
         self.b = np.zeros(self.r)
         self.w = np.zeros(self.r)
         self.refresh = int(refresh)
@@ -89,7 +93,7 @@ class RecursiveAWV:
         u = _dsymv(1.0, self.A_inv, v)
         q = float(v @ u)
         if not q >= 0.0:  # NaN or a matrix that lost positive definiteness
-            raise FloatingPointError(f"A⁻¹ is no longer positive definite (q = {q!r})")
+            raise DivergenceError(f"A⁻¹ is no longer positive definite (q = {q!r})")
         den = 1.0 + q
         yk = float(v @ self.w)
         self.A_inv = _dsyr(-1.0 / den, u, a=self.A_inv, overwrite_a=1)
@@ -179,6 +183,17 @@ class GrowingCholeskyInverse:
         self.n = 0
         self.Linv = np.zeros((capacity, capacity))
         self.z = np.zeros(capacity)
+
+    def __atomic_copy__(self, memo):
+        # rows and columns beyond n are never read and stay zero: copy the used block only
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        n = self.n
+        new.Linv = np.zeros_like(self.Linv)
+        new.Linv[:n, :n] = self.Linv[:n, :n]
+        new.z = np.zeros_like(self.z)
+        new.z[:n] = self.z[:n]
+        return new
 
     def _grow(self):
         cap = self.Linv.shape[0] * 2

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from numbers import Integral, Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..features.taylor import _ordered_features, _TaylorMap
+from ..operators import memory_budget
+from ..utils._finite import MemoryBudgetError
 from ._base import OnlineRegressorBase
 from ._updates import RecursiveAWV, single_thread_blas
 
@@ -96,7 +99,33 @@ class PKAWVTaylor(OnlineRegressorBase):
             return _ordered_features(X, float(self.sigma), int(self.degree))
         return self._map.batch(X)
 
+    def _feature_count(self, d: int, degree: int) -> int:
+        if self.feature_mode == "ordered":
+            return sum(d**k for k in range(degree + 1))
+        return math.comb(degree + d, d)
+
+    def _check_memory(self, d: int) -> None:
+        """Refuse, before allocating, a feature dimension whose r x r state exceeds the budget."""
+        M = int(self.degree)
+        r = self._feature_count(d, M)
+        # A⁻¹ and its copy kept while a partial_fit runs (all-or-nothing), vectors, plan
+        need = 8 * (2 * r * r + 8 * r) + 8 * r * min(d + 1, 64)
+        budget = memory_budget()
+        if need <= budget:
+            return
+        fit = next((m for m in range(M - 1, -1, -1)
+                    if 8 * (2 * self._feature_count(d, m) ** 2 + 8 * self._feature_count(d, m))
+                    <= budget), 0)
+        raise MemoryBudgetError(
+            f"PKAWVTaylor with {d} features and degree={M} has r = {r} Taylor features "
+            f"({'C(degree + d, d)' if self.feature_mode == 'compact' else 'sum of d^k'}): its "
+            f"r x r state needs {need / 2**30:.3g} GiB, above the memory budget of "
+            f"{budget / 2**30:.3g} GiB. Use degree={fit} (r = {self._feature_count(d, fit)}), "
+            "fewer features, or PKAWVNystrom / KernelAWV for high-dimensional inputs."
+        )
+
     def _reset(self, d):
+        self._check_memory(d)
         self._map = _TaylorMap(d, int(self.degree), float(self.sigma))
         self.multi_indices_ = self._map.indices
         if self.feature_mode == "ordered":

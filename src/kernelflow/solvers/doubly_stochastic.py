@@ -32,6 +32,7 @@ import torch
 
 from ..distributed._comm import all_reduce_sum
 from ..features.random import FeatureBlock, concat_blocks, sample_block
+from ..utils._finite import DivergenceError
 from .losses import Loss, SquaredLoss, get_loss
 
 logger = logging.getLogger(__name__)
@@ -331,7 +332,7 @@ class DoublyStochasticModel:
             Y = Y.reshape(X.shape[0], -1)
             F = self.decision_function(X)
             if not torch.isfinite(F).all():
-                raise FloatingPointError(
+                raise DivergenceError(
                     f"Doubly stochastic training diverged at iteration {self.t} (non-finite "
                     "predictions); lower eta0 or use a decreasing learning rate."
                 )
@@ -361,7 +362,7 @@ class DoublyStochasticModel:
             self._first_loss = max(mean_loss, 1e-8)
         elif not math.isfinite(mean_loss) or mean_loss > 1e10 * self._first_loss:
             # finite but exploding iterates: report instead of returning garbage
-            raise FloatingPointError(
+            raise DivergenceError(
                 f"Doubly stochastic training diverged at iteration {self.t} (batch loss "
                 f"{mean_loss:.3g} against {self._first_loss:.3g} at the start); lower eta0."
             )

@@ -100,7 +100,7 @@ class EarlyStopping:
         """Record the loss of ``iteration``; return True when the run should stop."""
         loss = float(loss)
         if not math.isfinite(loss):
-            raise FloatingPointError(f"validation loss at iteration {iteration} is {loss}.")
+            raise DivergenceError(f"validation loss at iteration {iteration} is {loss}.")
         self.losses.append(loss)
         if loss < self.best_loss - self.tol:
             self.best_loss, self.best_iteration = loss, int(iteration)

@@ -43,6 +43,7 @@ from ..kernels import Kernel
 from ..linalg import cholesky, conjugate_gradient
 from ..operators import KernelOperator, Options, memory_budget
 from ..sources import DataSource
+from ..utils._finite import DivergenceError
 from ..utils._progress import progress
 
 __all__ = [
@@ -527,7 +528,7 @@ def nystrom_krr(
     if validation is not None and state["best_coef"] is not None:
         coef, best_iter = state["best_coef"], state["best_iter"]
     if not torch.isfinite(coef).all():
-        raise FloatingPointError("Nyström CG produced non-finite coefficients.")
+        raise DivergenceError("Nyström CG produced non-finite coefficients.")
     logger.debug("Nystrom CG: %d iterations, residual %.3g", res.n_iter, res.residual_norms[-1])
     return NystromSolution(coef=coef, n_iter=res.n_iter, converged=res.converged,
                            residual_norms=res.residual_norms, validation_mse=state["scores"],

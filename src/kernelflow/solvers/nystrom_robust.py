@@ -53,6 +53,7 @@ from ..kernels import Kernel
 from ..linalg import cholesky
 from ..operators import KernelOperator, Options
 from ..sources import DataSource
+from ..utils._finite import DivergenceError
 from ..utils._progress import progress
 from .nystrom import (
     NystromPreconditioner,
@@ -406,7 +407,7 @@ def nystrom_robust(
             theta, b, obj, g, gb = new_theta, new_b, new_obj, new_g, new_gb
             objective.append(float(obj.sum()))
             if not math.isfinite(objective[-1]):
-                raise FloatingPointError("Nyström gradient descent diverged; lower learning_rate.")
+                raise DivergenceError("Nyström gradient descent diverged; lower learning_rate.")
             if loss == "huber" and delta is None and k in _RESCALE_AT:
                 delta_ = float(epsilon * 1.4826 * _median_abs(p.hist).max()) or delta_
                 obj, g, gb, p = evaluate(theta, b, delta_)
@@ -429,7 +430,7 @@ def nystrom_robust(
         theta, b = best["theta"], best["b"]
     coef = coords.apply(theta)
     if not (torch.isfinite(coef).all() and torch.isfinite(b).all()):
-        raise FloatingPointError("Nyström gradient descent produced non-finite coefficients.")
+        raise DivergenceError("Nyström gradient descent produced non-finite coefficients.")
     if not fit_intercept:
         b = b0 * 0
     return RobustSolution(coef=coef, intercept=b, n_iter=k, converged=converged,

@@ -65,8 +65,7 @@ EXACT_EIGENVALUE_MAX_N = 2000
 Callback = Callable[[int, torch.Tensor, torch.Tensor, "torch.Tensor | None"], "bool | None"]
 
 
-class DivergenceError(FloatingPointError):
-    """An iteration diverged: the step size is too large for the kernel matrix."""
+from ..utils._finite import DivergenceError  # noqa: E402 - a ValueError and FloatingPointError
 
 
 @dataclass

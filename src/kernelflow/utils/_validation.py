@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from sklearn.utils.validation import _check_sample_weight, validate_data
 
+from ._finite import check_magnitude
+
 __all__ = ["check_X_y", "check_X", "to_output", "check_positive", "as_tensor"]
 
 
@@ -89,6 +91,8 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
         sw_np = _check_sample_weight(sw_np, np.empty(Xt.shape[0]), dtype=np.float64,
                                      ensure_non_negative=True)
         sw = torch.as_tensor(sw_np, dtype=Xt.dtype, device=Xt.device)
+    check_magnitude("X", Xt)
+    check_magnitude("y", yt, axis_count=yt.shape[0])
     return Xt, yt, sw, kind
 
 
@@ -99,8 +103,10 @@ def check_X(estimator, X, *, reset=False):
         if Xt.dtype not in (torch.float32, torch.float64):
             Xt = Xt.to(torch.float64)
         _set_n_features(estimator, Xt.shape[1], reset)
+        check_magnitude("X", Xt)
         return Xt, "torch"
     Xn = validate_data(estimator, X, reset=reset, dtype=np.float64)
+    check_magnitude("X", Xn)
     return torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True)), "numpy"
 
 
