@@ -486,7 +486,7 @@ class _Archive:
         total = 0
         for info in self.zip.infolist():
             name = info.filename
-            if name in members:
+            if name[:-4] in members and name.endswith(".npy"):
                 raise ModelFileError(f"duplicate member {name!r}")
             if not _MEMBER_RE.match(name):
                 raise ModelFileError(

@@ -453,9 +453,7 @@ def model_classes() -> dict[str, tuple[type, str]]:
             continue
         if isinstance(cls, type):
             _add_class(table, cls)
-    for cls, _kind in list(_MODEL_CLASSES.values()):
-        if cls.__module__.startswith("sklearn."):
-            table.setdefault(class_path(cls), (cls, _class_kind(cls)))
+    _SKLEARN_SCANNED.clear()  # scikit-learn packages are scanned again on demand
     _MODEL_CLASSES.clear()
     _MODEL_CLASSES.update(table)
     _MODEL_CLASSES_KEY = key
