@@ -864,7 +864,8 @@ class _Reader:
         return est
 
 
-def _read_arrays(meta: dict, archive: _Archive) -> dict[str, np.ndarray]:
+def _check_array_table(meta: dict, archive: _Archive) -> dict:
+    """Check the metadata's array table against the zip directory; nothing is read."""
     listed = meta.get("arrays")
     if not isinstance(listed, dict):
         raise ModelFileError("metadata has no array table")
@@ -889,6 +890,10 @@ def _read_arrays(meta: dict, archive: _Archive) -> dict[str, np.ndarray]:
         raise ModelFileError(
             f"the array table declares {declared} bytes but the file has only {archive.size}"
         )
+    return listed
+
+
+def _read_arrays(listed: dict, archive: _Archive) -> dict[str, np.ndarray]:
     arrays = {}
     for key, info in listed.items():
         arr, digest = archive.read(key, info["dtype"], info["shape"])
@@ -943,15 +948,16 @@ def load_model(path, *, device=None, trusted=()):
     >>> load_model(p).coef_.round(3)
     array([0.143])
     """
+    reader = _Reader({}, device, trusted)
     meta, archive = _open(path)
     try:
-        reader = _Reader({}, device, trusted)
         node = meta.get("estimator")
         if not isinstance(node, dict):
             raise ModelFileError("metadata has no estimator")
+        listed = _check_array_table(meta, archive)
         reader.estimator_class(node)  # the root node carries no "type"
         reader.check_classes(node)
-        reader.arrays = _read_arrays(meta, archive)
+        reader.arrays = _read_arrays(listed, archive)
         if CHECKSUM_KEY in meta and meta[CHECKSUM_KEY] != _metadata_digest(meta):
             raise ModelFileError(
                 "the metadata does not match its checksum (edited or corrupted after writing)"
