@@ -71,9 +71,10 @@ def _members(path) -> tuple[dict, dict]:
 def _npz(path, meta, arrays, *, forge=True):
     """Write meta and arrays as a model file; ``forge`` recomputes every checksum."""
     if forge:
+        table = meta.get("arrays")
         for key, arr in arrays.items():
-            if key in meta.get("arrays", {}):
-                meta["arrays"][key]["sha256"] = hashlib.sha256(arr.tobytes()).hexdigest()
+            if isinstance(table, dict) and isinstance(table.get(key), dict):
+                table[key]["sha256"] = hashlib.sha256(arr.tobytes()).hexdigest()
         meta[CHECKSUM_KEY] = _metadata_digest(meta)
     blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with open(path, "wb") as fh:
@@ -585,7 +586,8 @@ _LARGE = os.environ.get("KERNELFLOW_FUZZ_PROFILE", "").lower() == "large"
 _FUZZ_EXAMPLES = 3000 if _LARGE else 60
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False)
+    st.none() | st.booleans() | st.integers(-2**70, 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
                                                                 max_size=3),

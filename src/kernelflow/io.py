@@ -8,11 +8,23 @@ A model file is an uncompressed ``.npz`` (zip) archive holding
 The metadata records the format name and version, the library versions, the estimator
 (registered name and class path), its constructor parameters and its fitted state as a tree of
 typed nodes whose leaves refer to the arrays by key. Every array is listed with its dtype,
-shape and SHA-256 digest, and :func:`load_model` refuses a file where any of these disagree,
-where the format or version is unknown, or where a class lies outside ``kernelflow`` and
-``sklearn``. Arrays are read with ``allow_pickle=False`` and objects are rebuilt only through
-their constructors, so loading a file cannot run code from the file. Tensors keep their dtype
-exactly, hence predictions after loading are bit-identical. See ``docs/model_format.md``.
+shape and SHA-256 digest, and the metadata carries a SHA-256 digest of itself.
+
+Loading executes nothing from the file. Every class the file names is looked up by its exact
+``"module:QualName"`` in the registry of classes kernelflow saves
+(:func:`kernelflow.registry.model_classes`) or among the caller's ``trusted=`` classes; no
+module attribute is ever followed and nothing outside that table is called. Before a byte of an
+array is read, the zip directory, the ``.npy`` header and the metadata must agree on its name,
+dtype, shape and size, members must be stored uncompressed, and their total must fit in the
+file and in the memory budget. Every refusal is a :class:`ModelFileError`. Tensors keep their
+dtype and layout exactly, hence predictions after loading are bit-identical. The checksums
+detect corruption and edits made without recomputing them; they do not authenticate the file
+against someone who rewrites them. See ``docs/model_format.md`` and ``docs/reliability.md``.
+
+Writing goes to a temporary file in the destination directory (``.<name>.kf-tmp-<pid>-...``),
+flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the directory. An
+exception or ``KeyboardInterrupt`` removes the temporary file; one left by a killed process is
+removed by the next save to the same directory once that process has ended.
 
 Which state is saved: every instance attribute that is not a constructor parameter (fitted
 attributes ending in ``_`` and private ones). Values may be torch tensors, NumPy arrays and
@@ -293,8 +305,11 @@ def _encode_estimator(est, writer: _Writer, where: str) -> dict:
 def save_model(estimator, path, *, extra: dict | None = None) -> Path:
     """Write a fitted (or unfitted) estimator to ``path`` in the kernelflow model format.
 
-    The file is written to a temporary name and renamed, so a crash never leaves a half
-    written model behind. Cost: one copy of every array (O(model size)).
+    The file is written to a temporary file in the same directory, flushed and ``fsync``-ed,
+    then atomically renamed over ``path`` (and the directory ``fsync``-ed), so an exception, a
+    ``KeyboardInterrupt`` or a killed process never leaves a half-written model at ``path``;
+    temporary files of killed saves are removed by the next save to the directory. Cost: one
+    copy of every array (O(model size)).
 
     Parameters
     ----------
@@ -439,6 +454,7 @@ _MAX_METADATA_BYTES = 64 * 2**20
 _MAX_NDIM = 32
 _READ_CHUNK = 16 * 2**20
 _KEY_TYPES = (str, int, float, bool, type(None))
+_ALLOWED_FLAGS = 0x08 | 0x800  # data descriptor, UTF-8 names: what zipfile itself writes
 
 
 def _refuse_constant(name):
@@ -493,9 +509,17 @@ class _Archive:
                     f"unlisted member {name[:80]!r}: only __kernelflow__.npy and a<k>.npy arrays "
                     "may appear (no directories, paths or other names)"
                 )
-            if info.flag_bits & 0x1:
-                raise ModelFileError(f"member {name!r} is encrypted")
-            if info.compress_type != zipfile.ZIP_STORED or info.compress_size != info.file_size:
+            if info.flag_bits & ~_ALLOWED_FLAGS:
+                raise ModelFileError(
+                    f"member {name!r} uses zip features model files never use "
+                    f"(flags {info.flag_bits:#x}: encryption, patches or the like)"
+                )
+            if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+                raise ModelFileError(
+                    f"member {name!r} is stored in {info.compress_size} bytes but declares "
+                    f"{info.file_size} bytes"
+                )
+            if info.compress_type != zipfile.ZIP_STORED:
                 raise ModelFileError(
                     f"member {name!r} is compressed ({info.compress_size} bytes declared to "
                     f"inflate to {info.file_size}); model files store arrays uncompressed"
@@ -578,6 +602,14 @@ def _open(path) -> tuple[dict, _Archive]:
         raise ModelFileError(f"{path}: cannot read the file ({exc})") from None
     try:
         meta = _read_meta(archive)
+    except ModelFileError:
+        archive.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the file provokes is a file error
+        archive.close()
+        raise ModelFileError(
+            f"{path}: corrupt metadata ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
     except BaseException:
         archive.close()
         raise
