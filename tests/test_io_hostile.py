@@ -573,10 +573,14 @@ def test_killed_write_leaves_the_old_file_and_its_temporary_is_cleaned(tmp_path)
 
 
 def test_temporary_of_a_running_writer_is_kept(tmp_path):
-    alive = tmp_path / f".model.npz.kf-tmp-{os.getppid()}-abc"
-    alive.write_bytes(b"in progress")
+    from kernelflow.io import _host
+
+    alive = tmp_path / f".model.npz.kf-tmp-{_host()}-{os.getppid()}-abc"
+    elsewhere = tmp_path / f".model.npz.kf-tmp-{_host()}x-999999999-abc"  # another machine's
+    for f in (alive, elsewhere):
+        f.write_bytes(b"in progress")
     save_model(_ridge(), tmp_path / "model.npz")
-    assert alive.exists()
+    assert alive.exists() and elsewhere.exists()
 
 
 # ---------------------------------------------------------------------------------------------

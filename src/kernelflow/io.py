@@ -21,10 +21,10 @@ dtype and layout exactly, hence predictions after loading are bit-identical. The
 detect corruption and edits made without recomputing them; they do not authenticate the file
 against someone who rewrites them. See ``docs/model_format.md`` and ``docs/reliability.md``.
 
-Writing goes to a temporary file in the destination directory (``.<name>.kf-tmp-<pid>-...``),
-flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the directory. An
-exception or ``KeyboardInterrupt`` removes the temporary file; one left by a killed process is
-removed by the next save to the same directory once that process has ended.
+Writing goes to a temporary file ``.<name>.kf-tmp-<host>-<pid>-...`` in the destination
+directory, flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the
+directory. An exception or ``KeyboardInterrupt`` removes the temporary file; one left by a killed
+process is removed by the next save to the same directory once that process has ended.
 
 Which state is saved: every instance attribute that is not a constructor parameter (fitted
 attributes ending in ``_`` and private ones). Values may be torch tensors, NumPy arrays and
@@ -58,6 +58,7 @@ import json
 import math
 import os
 import re
+import socket
 import tempfile
 import zipfile
 from pathlib import Path
@@ -365,7 +366,7 @@ def save_model(estimator, path, *, extra: dict | None = None) -> Path:
     directory = path.parent if str(path.parent) else Path(".")
     _remove_stale_temporaries(directory)
     fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}{_TMP_MARK}{os.getpid()}-", suffix="", dir=directory
+        prefix=f".{path.name}{_TMP_MARK}{_host()}-{os.getpid()}-", suffix="", dir=directory
     )
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -385,15 +386,22 @@ def save_model(estimator, path, *, extra: dict | None = None) -> Path:
 
 
 _TMP_MARK = ".kf-tmp-"
-_TMP_RE = re.compile(r"^\..+\.kf-tmp-(\d+)-[A-Za-z0-9_]+$")
+_TMP_RE = re.compile(r"^\..+\.kf-tmp-([A-Za-z0-9]*)-(\d+)-[A-Za-z0-9_]+$")
+
+
+def _host() -> str:
+    """This machine's name reduced to letters and digits (temporary files on a shared file
+    system are only ever removed by a save on the machine that wrote them)."""
+    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:40]
 
 
 def _remove_stale_temporaries(directory: Path) -> None:
     """Remove temporary files of earlier saves to ``directory`` whose writer no longer runs.
 
     A save killed by a signal (SIGKILL, power loss) cannot clean up after itself; its temporary
-    file is named ``.<name>.kf-tmp-<pid>-<random>`` and is removed here once process ``pid``
-    has ended, so a save running in another process is never disturbed.
+    file is named ``.<name>.kf-tmp-<host>-<pid>-<random>`` and is removed here once process
+    ``pid`` of this host has ended, so a save running in another process (or on another machine
+    sharing the directory) is never disturbed.
     """
     try:
         names = os.listdir(directory)
@@ -401,7 +409,7 @@ def _remove_stale_temporaries(directory: Path) -> None:
         return
     for name in names:
         match = _TMP_RE.match(name)
-        if match is None or _process_alive(int(match.group(1))):
+        if match is None or match.group(1) != _host() or _process_alive(int(match.group(2))):
             continue
         try:
             os.unlink(directory / name)
