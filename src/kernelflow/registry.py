@@ -375,12 +375,13 @@ def _class_kind(cls: type) -> str | None:
 
     if issubclass(cls, BaseException):
         return None
+    # the same order of tests as the saver (kernelflow.io._Writer.encode)
     if issubclass(cls, BaseEstimator):
         return "estimator"
-    if dataclasses.is_dataclass(cls):
-        return "dataclass"
     if callable(getattr(cls, "get_params", None)):
         return "object"
+    if dataclasses.is_dataclass(cls) and all(f.init for f in dataclasses.fields(cls)):
+        return "dataclass"
     return "state_object"
 
 
