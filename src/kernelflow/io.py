@@ -458,7 +458,7 @@ _ARRAY_DTYPES = {
     for code in ("i2", "i4", "i8", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16")
     for order in "<>"
 } | {"|b1", "|i1", "|u1"}
-_MAX_METADATA_BYTES = 64 * 2**20
+_MAX_METADATA_BYTES = 16 * 2**20  # JSON: its Python objects take up to ~20x its size
 _MAX_NDIM = 32
 _READ_CHUNK = 16 * 2**20
 _KEY_TYPES = (str, int, float, bool, type(None))
