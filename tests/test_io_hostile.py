@@ -374,6 +374,24 @@ def test_path_traversal_and_unknown_member_names_are_refused(tmp_path, name):
     assert not (tmp_path.parent / "evil.npy").exists()
 
 
+def test_a_directory_declaring_millions_of_members_is_refused_before_parsing(tmp_path):
+    arr = np.zeros(3)
+    meta = _valid_meta({"a0": arr})
+    data = bytearray(_raw_zip([_meta_member(meta),
+                               _stored("a0.npy", _npy_header("<f8", (3,)) + arr.tobytes())]))
+    path = tmp_path / "m.npz"
+    # a zip64 end record declaring 10**9 members
+    body = bytes(data[:-22])
+    cd_size, cd_offset = struct.unpack_from("<2L", data, len(data) - 10)
+    record = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, 10**9, 10**9,
+                         cd_size, cd_offset)
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, len(body), 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, cd_size, cd_offset, 0)
+    path.write_bytes(body + record + locator + end)
+    with pytest.raises(ModelFileError, match="declares 1000000000 members"):
+        load_model(path)
+
+
 def test_duplicate_members_are_refused(tmp_path):
     arr = np.zeros(3)
     meta = _valid_meta({"a0": arr})

@@ -59,6 +59,7 @@ import math
 import os
 import re
 import socket
+import struct
 import tempfile
 import zipfile
 from pathlib import Path
@@ -460,6 +461,7 @@ _ARRAY_DTYPES = {
 } | {"|b1", "|i1", "|u1"}
 _MAX_METADATA_BYTES = 16 * 2**20  # JSON: its Python objects take up to ~20x its size
 _MAX_NDIM = 32
+_MAX_MEMBERS = 100_000  # the metadata plus one member per array
 _READ_CHUNK = 16 * 2**20
 _KEY_TYPES = (str, int, float, bool, type(None))
 _ALLOWED_FLAGS = 0x08 | 0x800  # data descriptor, UTF-8 names: what zipfile itself writes
@@ -487,6 +489,27 @@ def _int(value, what: str, lo: int = 0, hi: int | None = None) -> int:
     return value
 
 
+def _declared_entries(fh, size: int) -> int | None:
+    """Number of members the zip end record declares, read before ``zipfile`` parses (and
+    allocates) the directory; ``None`` when no end record is found (``zipfile`` then refuses)."""
+    start = max(0, size - (22 + 65535))
+    fh.seek(start)
+    tail = fh.read(size - start)
+    pos = tail.rfind(b"PK\x05\x06")
+    if pos < 0 or pos + 22 > len(tail):
+        return None
+    count = struct.unpack_from("<H", tail, pos + 10)[0]
+    if count == 0xFFFF and pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+        offset = struct.unpack_from("<Q", tail, pos - 12)[0]  # the zip64 end record
+        if offset + 56 <= size:
+            fh.seek(offset)
+            record = fh.read(56)
+            if record[:4] == b"PK\x06\x06":
+                count = struct.unpack_from("<Q", record, 32)[0]
+    fh.seek(0)
+    return count
+
+
 class _Archive:
     """A model file opened for reading: the zip directory checked, nothing decompressed."""
 
@@ -495,6 +518,11 @@ class _Archive:
         self.fh = open(path, "rb")  # noqa: SIM115 - closed by close()
         try:
             self.size = os.fstat(self.fh.fileno()).st_size
+            entries = _declared_entries(self.fh, self.size)
+            if entries is not None and entries > _MAX_MEMBERS:
+                raise ModelFileError(
+                    f"the zip directory declares {entries} members (at most {_MAX_MEMBERS})"
+                )
             try:
                 self.zip = zipfile.ZipFile(self.fh)
             except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError,
