@@ -8,11 +8,23 @@ A model file is an uncompressed ``.npz`` (zip) archive holding
 The metadata records the format name and version, the library versions, the estimator
 (registered name and class path), its constructor parameters and its fitted state as a tree of
 typed nodes whose leaves refer to the arrays by key. Every array is listed with its dtype,
-shape and SHA-256 digest, and :func:`load_model` refuses a file where any of these disagree,
-where the format or version is unknown, or where a class lies outside ``kernelflow`` and
-``sklearn``. Arrays are read with ``allow_pickle=False`` and objects are rebuilt only through
-their constructors, so loading a file cannot run code from the file. Tensors keep their dtype
-exactly, hence predictions after loading are bit-identical. See ``docs/model_format.md``.
+shape and SHA-256 digest, and the metadata carries a SHA-256 digest of itself.
+
+Loading executes nothing from the file. Every class the file names is looked up by its exact
+``"module:QualName"`` in the registry of classes kernelflow saves
+(:func:`kernelflow.registry.model_classes`) or among the caller's ``trusted=`` classes; no
+module attribute is ever followed and nothing outside that table is called. Before a byte of an
+array is read, the zip directory, the ``.npy`` header and the metadata must agree on its name,
+dtype, shape and size, members must be stored uncompressed, and their total must fit in the
+file and in the memory budget. Every refusal is a :class:`ModelFileError`. Tensors keep their
+dtype and layout exactly, hence predictions after loading are bit-identical. The checksums
+detect corruption and edits made without recomputing them; they do not authenticate the file
+against someone who rewrites them. See ``docs/model_format.md`` and ``docs/reliability.md``.
+
+Writing goes to a temporary file ``.<name>.kf-tmp-<host>-<pid>-...`` in the destination
+directory, flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the
+directory. An exception or ``KeyboardInterrupt`` removes the temporary file; one left by a killed
+process is removed by the next save to the same directory once that process has ended.
 
 Which state is saved: every instance attribute that is not a constructor parameter (fitted
 attributes ending in ``_`` and private ones). Values may be torch tensors, NumPy arrays and
@@ -42,10 +54,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import math
 import os
+import re
+import socket
+import struct
 import tempfile
 import zipfile
 from pathlib import Path
@@ -68,6 +82,7 @@ FORMAT = "kernelflow-model"
 FORMAT_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 META_KEY = "__kernelflow__"
+CHECKSUM_KEY = "metadata_sha256"
 _SAFE_MODULE_PREFIXES = ("kernelflow.", "sklearn.")
 
 _TORCH_DTYPES = {
@@ -292,8 +307,11 @@ def _encode_estimator(est, writer: _Writer, where: str) -> dict:
 def save_model(estimator, path, *, extra: dict | None = None) -> Path:
     """Write a fitted (or unfitted) estimator to ``path`` in the kernelflow model format.
 
-    The file is written to a temporary name and renamed, so a crash never leaves a half
-    written model behind. Cost: one copy of every array (O(model size)).
+    The file is written to a temporary file in the same directory, flushed and ``fsync``-ed,
+    then atomically renamed over ``path`` (and the directory ``fsync``-ed), so an exception, a
+    ``KeyboardInterrupt`` or a killed process never leaves a half-written model at ``path``;
+    temporary files of killed saves are removed by the next save to the directory. Cost: one
+    copy of every array (O(model size)).
 
     Parameters
     ----------
@@ -343,55 +361,317 @@ def save_model(estimator, path, *, extra: dict | None = None) -> Path:
         },
         "extra": json.loads(json.dumps(extra)) if extra is not None else {},
     }
+    meta[CHECKSUM_KEY] = _metadata_digest(meta)
     blob = np.frombuffer(json.dumps(meta, allow_nan=False).encode("utf-8"), dtype=np.uint8)
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".kf-", suffix=".npz", dir=path.parent or ".")
+    directory = path.parent if str(path.parent) else Path(".")
+    _remove_stale_temporaries(directory)
+    fd, tmp = tempfile.mkstemp(
+        prefix=f".{path.name}{_TMP_MARK}{_host()}-{os.getpid()}-", suffix="", dir=directory
+    )
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, **{META_KEY: blob}, **writer.arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        # an exception or KeyboardInterrupt: nothing is left behind and ``path`` is untouched
+        try:
             os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
+    _fsync_directory(directory)
     return path
 
 
+_TMP_MARK = ".kf-tmp-"
+_TMP_RE = re.compile(r"^\..+\.kf-tmp-([A-Za-z0-9]*)-(\d+)-[A-Za-z0-9_]+$")
+
+
+def _host() -> str:
+    """This machine's name reduced to letters and digits (temporary files on a shared file
+    system are only ever removed by a save on the machine that wrote them)."""
+    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:40]
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Remove temporary files of earlier saves to ``directory`` whose writer no longer runs.
+
+    A save killed by a signal (SIGKILL, power loss) cannot clean up after itself; its temporary
+    file is named ``.<name>.kf-tmp-<host>-<pid>-<random>`` and is removed here once process
+    ``pid`` of this host has ended, so a save running in another process (or on another machine
+    sharing the directory) is never disturbed.
+    """
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = _TMP_RE.match(name)
+        if match is None or match.group(1) != _host() or _process_alive(int(match.group(2))):
+            continue
+        try:
+            os.unlink(directory / name)
+        except OSError:
+            pass
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # another thread of this process may be writing it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True
+    return True
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _metadata_digest(meta: dict) -> str:
+    body = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 # ---------------------------------------------------------------------------------------------
-# decoding
+# decoding: every check happens on declared sizes before anything is allocated or instantiated
 # ---------------------------------------------------------------------------------------------
-def _open(path) -> tuple[dict, Any]:
+_MEMBER_RE = re.compile(r"^(__kernelflow__|a(?:0|[1-9][0-9]{0,8}))\.npy$")
+_ARRAY_DTYPES = {
+    f"{order}{code}"
+    for code in ("i2", "i4", "i8", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16")
+    for order in "<>"
+} | {"|b1", "|i1", "|u1"}
+_MAX_METADATA_BYTES = 16 * 2**20  # JSON: its Python objects take up to ~20x its size
+_MAX_NDIM = 32
+_MAX_MEMBERS = 100_000  # the metadata plus one member per array
+_READ_CHUNK = 16 * 2**20
+_KEY_TYPES = (str, int, float, bool, type(None))
+_ALLOWED_FLAGS = 0x08 | 0x800  # data descriptor, UTF-8 names: what zipfile itself writes
+
+
+def _refuse_constant(name):
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _memory_cap() -> int:
+    """Bytes a model file may hold: the engine's memory budget (see ``kernelflow.operators``)."""
+    from kernelflow.operators import memory_budget
+
+    try:
+        return int(memory_budget())
+    except Exception:  # noqa: BLE001 - an unreadable budget must not block loading small files
+        return 4 * 2**30
+
+
+def _int(value, what: str, lo: int = 0, hi: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelFileError(f"{what} must be an integer, got {str(value)[:40]!r}")
+    if value < lo or (hi is not None and value > hi):
+        raise ModelFileError(f"{what} = {value} is out of range")
+    return value
+
+
+def _declared_entries(fh, size: int) -> int | None:
+    """Number of members the zip end record declares, read before ``zipfile`` parses (and
+    allocates) the directory; ``None`` when no end record is found (``zipfile`` then refuses)."""
+    start = max(0, size - (22 + 65535))
+    fh.seek(start)
+    tail = fh.read(size - start)
+    pos = tail.rfind(b"PK\x05\x06")
+    if pos < 0 or pos + 22 > len(tail):
+        return None
+    count = struct.unpack_from("<H", tail, pos + 10)[0]
+    if count == 0xFFFF and pos >= 20 and tail[pos - 20 : pos - 16] == b"PK\x06\x07":
+        offset = struct.unpack_from("<Q", tail, pos - 12)[0]  # the zip64 end record
+        if offset + 56 <= size:
+            fh.seek(offset)
+            record = fh.read(56)
+            if record[:4] == b"PK\x06\x06":
+                count = struct.unpack_from("<Q", record, 32)[0]
+    fh.seek(0)
+    return count
+
+
+class _Archive:
+    """A model file opened for reading: the zip directory checked, nothing decompressed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fh = open(path, "rb")  # noqa: SIM115 - closed by close()
+        try:
+            self.size = os.fstat(self.fh.fileno()).st_size
+            entries = _declared_entries(self.fh, self.size)
+            if entries is not None and entries > _MAX_MEMBERS:
+                raise ModelFileError(
+                    f"the zip directory declares {entries} members (at most {_MAX_MEMBERS})"
+                )
+            try:
+                self.zip = zipfile.ZipFile(self.fh)
+            except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError,
+                    NotImplementedError, RuntimeError) as exc:
+                raise ModelFileError(f"not a kernelflow model file ({exc})") from None
+            self.members = self._check_directory()
+        except BaseException:
+            self.fh.close()
+            raise
+
+    def _check_directory(self) -> dict[str, zipfile.ZipInfo]:
+        members: dict[str, zipfile.ZipInfo] = {}
+        total = 0
+        for info in self.zip.infolist():
+            name = info.filename
+            if name[:-4] in members and name.endswith(".npy"):
+                raise ModelFileError(f"duplicate member {name!r}")
+            if not _MEMBER_RE.match(name):
+                raise ModelFileError(
+                    f"unlisted member {name[:80]!r}: only __kernelflow__.npy and a<k>.npy arrays "
+                    "may appear (no directories, paths or other names)"
+                )
+            if info.flag_bits & ~_ALLOWED_FLAGS:
+                raise ModelFileError(
+                    f"member {name!r} uses zip features model files never use "
+                    f"(flags {info.flag_bits:#x}: encryption, patches or the like)"
+                )
+            if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
+                raise ModelFileError(
+                    f"member {name!r} is stored in {info.compress_size} bytes but declares "
+                    f"{info.file_size} bytes"
+                )
+            if info.compress_type != zipfile.ZIP_STORED:
+                raise ModelFileError(
+                    f"member {name!r} is compressed ({info.compress_size} bytes declared to "
+                    f"inflate to {info.file_size}); model files store arrays uncompressed"
+                )
+            total += info.file_size
+            members[name[:-4]] = info
+        if total > self.size:
+            raise ModelFileError(
+                f"members declare {total} bytes but the file has only {self.size} bytes"
+            )
+        cap = _memory_cap()
+        if total > cap:
+            raise ModelFileError(
+                f"the arrays need {total} bytes, more than the memory budget of {cap} bytes"
+            )
+        if META_KEY not in members:
+            raise ModelFileError("not a kernelflow model file (no metadata)")
+        return members
+
+    def close(self) -> None:
+        self.zip.close()
+        self.fh.close()
+
+    def read(self, key: str, dtype: str, shape: list | None, max_bytes: int | None = None):
+        """Read one member after checking its ``.npy`` header against ``dtype`` and ``shape``.
+
+        ``shape=None`` accepts any 1-D length (the metadata blob). Returns ``(array, digest)``
+        where digest is the SHA-256 of the C-order bytes.
+        """
+        info = self.members[key]
+        if max_bytes is not None and info.file_size > max_bytes:
+            raise ModelFileError(f"member {key} is {info.file_size} bytes (limit {max_bytes})")
+        with self.zip.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version == (1, 0):
+                header = np.lib.format.read_array_header_1_0(member)
+            elif version == (2, 0):
+                header = np.lib.format.read_array_header_2_0(member)
+            else:
+                raise ModelFileError(f"member {key}: unsupported .npy version {version}")
+            got_shape, fortran, got_dtype = header
+            if got_dtype.str != dtype or got_dtype.hasobject:
+                raise ModelFileError(f"array {key} is stored as {got_dtype.str}, expected {dtype}")
+            if shape is None:
+                if len(got_shape) != 1:
+                    raise ModelFileError(f"member {key} must be 1-D")
+            elif list(got_shape) != list(shape):
+                raise ModelFileError(
+                    f"array {key} has shape {list(got_shape)} and dtype {got_dtype.str}, but the "
+                    f"metadata says {list(shape)} and {dtype}"
+                )
+            nbytes = math.prod(got_shape) * got_dtype.itemsize
+            if member.tell() + nbytes != info.file_size:
+                raise ModelFileError(
+                    f"array {key} declares {nbytes} bytes of data but its member holds "
+                    f"{info.file_size - member.tell()}"
+                )
+            buf = np.empty(nbytes, dtype=np.uint8)
+            pos = 0
+            while pos < nbytes:
+                chunk = member.read(min(_READ_CHUNK, nbytes - pos))
+                if not chunk:
+                    raise ModelFileError(f"array {key} is truncated")
+                buf[pos : pos + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+                pos += len(chunk)
+        arr = buf.view(got_dtype).reshape(got_shape, order="F" if fortran else "C")
+        data = buf if (not fortran or arr.flags.c_contiguous) else arr.tobytes(order="C")
+        return arr, hashlib.sha256(data).hexdigest()
+
+
+def _open(path) -> tuple[dict, _Archive]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
     try:
-        archive = np.load(path, allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - any parse failure means "not a model file"
-        raise ModelFileError(f"{path} is not a kernelflow model file ({exc})") from None
-    if not isinstance(archive, np.lib.npyio.NpzFile):
-        raise ModelFileError(f"{path} is not a kernelflow model file (not an .npz archive)")
-    if META_KEY not in archive.files:
-        archive.close()
-        raise ModelFileError(f"{path} is not a kernelflow model file (no metadata)")
+        archive = _Archive(path)
+    except ModelFileError as exc:
+        raise ModelFileError(f"{path}: {exc}") from None
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read the file ({exc})") from None
     try:
-        raw = archive[META_KEY]
-        if raw.dtype != np.uint8 or raw.ndim != 1:
-            raise ValueError("metadata must be a 1-D uint8 array")
-        meta = json.loads(raw.tobytes().decode("utf-8"))
-    except (ValueError, UnicodeDecodeError, zipfile.BadZipFile, OSError) as exc:
+        meta = _read_meta(archive)
+    except ModelFileError:
         archive.close()
-        raise ModelFileError(f"{path}: corrupt metadata ({exc})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        archive.close()
-        raise ModelFileError(f"{path}: not a {FORMAT} file (format={meta.get('format')!r})")
-    version = meta.get("format_version")
-    if version not in SUPPORTED_VERSIONS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever the file provokes is a file error
         archive.close()
         raise ModelFileError(
-            f"{path}: unsupported model-file format version {version!r}; this kernelflow "
-            f"reads version(s) {', '.join(map(str, SUPPORTED_VERSIONS))}"
-        )
+            f"{path}: corrupt metadata ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
+    except BaseException:
+        archive.close()
+        raise
     return meta, archive
+
+
+def _read_meta(archive: _Archive) -> dict:
+    path = archive.path
+    try:
+        raw, _ = archive.read(META_KEY, "|u1", None, max_bytes=_MAX_METADATA_BYTES)
+        meta = json.loads(raw.tobytes().decode("utf-8"), parse_constant=_refuse_constant)
+    except ModelFileError as exc:
+        raise ModelFileError(f"{path}: corrupt metadata ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError, zipfile.BadZipFile, OSError,
+            EOFError) as exc:
+        raise ModelFileError(f"{path}: corrupt metadata ({type(exc).__name__}: {exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+        raise ModelFileError(f"{path}: not a {FORMAT} file (format={str(got)[:40]!r})")
+    version = meta.get("format_version")
+    if isinstance(version, bool) or version not in SUPPORTED_VERSIONS:
+        raise ModelFileError(
+            f"{path}: unsupported model-file format version {str(version)[:20]}; this "
+            f"kernelflow reads version(s) {', '.join(map(str, SUPPORTED_VERSIONS))}"
+        )
+    return meta
 
 
 def read_metadata(path) -> dict:
@@ -411,23 +691,70 @@ def read_metadata(path) -> dict:
     return meta
 
 
+_CLASS_NODES = {"estimator", "object", "dataclass", "state_object"}
+
+
 class _Reader:
     def __init__(self, arrays: dict[str, np.ndarray], device, trusted=()):
         self.arrays = arrays
         self.device = device
-        self.trusted = {f"{c.__module__}:{c.__qualname__}": c for c in trusted}
+        self.trusted = {}
+        for c in trusted:
+            if not isinstance(c, type):
+                raise TypeError(f"trusted= must hold classes, got {c!r}")
+            self.trusted[f"{c.__module__}:{c.__qualname__}"] = c
 
-    def cls(self, path, *, library_only=False) -> type:
+    def cls(self, path, kind: str) -> type:
+        """The class named by ``path`` for a node of type ``kind``: registry or trusted only."""
+        from kernelflow.registry import lookup_model_class
+
+        if not isinstance(path, str):
+            raise ModelFileError(f"malformed class path {str(path)[:80]!r}")
         if path in self.trusted:
-            return self.trusted[path]
-        if library_only and not str(path).startswith("kernelflow."):
-            raise ModelFileError(f"refusing to restore {path}: not a kernelflow class")
-        return _safe_class(path)
+            cls = self.trusted[path]
+            if kind == "dataclass" and not dataclasses.is_dataclass(cls):
+                raise ModelFileError(f"{path} is not a dataclass")
+            return cls
+        found = lookup_model_class(path)
+        if found is None:
+            raise ModelFileError(
+                f"refusing to load class {path[:120]}: only kernelflow and scikit-learn classes "
+                "of the model-file registry are allowed (pass your own classes as trusted=)"
+            )
+        cls, registered_kind = found
+        if registered_kind != kind:
+            raise ModelFileError(
+                f"{path} is registered as a {registered_kind} node, not as a {kind} node"
+            )
+        return cls
+
+    def check_classes(self, node: Any, depth: int = 0) -> None:
+        """Resolve every class named in the tree before anything is built."""
+        if depth > 200:
+            raise ModelFileError("metadata is nested too deeply")
+        if isinstance(node, dict):
+            if node.get("type") in _CLASS_NODES and "class" in node:
+                if node["type"] == "estimator":
+                    self.estimator_class(node)
+                else:
+                    self.cls(node["class"], node["type"])
+            for value in node.values():
+                self.check_classes(value, depth + 1)
+        elif isinstance(node, list):
+            for value in node:
+                self.check_classes(value, depth + 1)
 
     def array(self, key) -> np.ndarray:
         if not isinstance(key, str) or key not in self.arrays:
-            raise ModelFileError(f"metadata refers to a missing array {key!r}")
+            raise ModelFileError(f"metadata refers to a missing array {str(key)[:40]!r}")
         return self.arrays[key]
+
+    @staticmethod
+    def _shape(node) -> tuple:
+        shape = node.get("shape")
+        if not isinstance(shape, list) or len(shape) > _MAX_NDIM:
+            raise ModelFileError("malformed shape in the metadata")
+        return tuple(_int(s, "a dimension") for s in shape)
 
     def decode(self, node: Any) -> Any:  # noqa: C901 - one branch per node type
         if node is None or isinstance(node, (bool, int, float, str)):
@@ -436,15 +763,18 @@ class _Reader:
             raise ModelFileError(f"malformed metadata node {str(node)[:80]!r}")
         kind = node["type"]
         if kind == "float":
-            value = float(node["value"])
+            value = float(str(node["value"]))
             if math.isfinite(value):
                 raise ModelFileError("malformed float node")
             return value
         if kind == "tensor":
             arr = self.array(node["key"])
-            dtype = _TORCH_DTYPES.get(node.get("dtype"))
+            dtype = _TORCH_DTYPES.get(node.get("dtype")) if isinstance(node.get("dtype"), str) \
+                else None
             if dtype is None:
-                raise ModelFileError(f"unsupported tensor dtype {node.get('dtype')!r}")
+                raise ModelFileError(f"unsupported tensor dtype {str(node.get('dtype'))[:40]!r}")
+            if not arr.dtype.isnative:
+                raise ModelFileError(f"tensor {node['key']} is not stored in native byte order")
             t = torch.from_numpy(arr.copy(order="K"))
             t = t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
             if t.dtype != dtype:
@@ -454,17 +784,28 @@ class _Reader:
             return t if self.device is None else t.to(self.device)
         if kind in ("ndarray", "numpy_scalar"):
             arr = self.array(node["key"]).copy(order="K")
-            return arr[()] if kind == "numpy_scalar" else arr
+            if kind == "numpy_scalar":
+                if arr.ndim != 0:
+                    raise ModelFileError("a NumPy scalar must be stored as a 0-d array")
+                return arr[()]
+            return arr
         if kind == "str_array":
-            dtype = object if node["dtype"] == "object" else np.dtype(node["dtype"])
-            values = node["values"]
-            shape = tuple(node["shape"])
+            spec = node["dtype"]
+            if spec == "object":
+                dtype = object
+            elif isinstance(spec, str) and re.fullmatch(r"[<>|]?[US][0-9]{1,6}", spec):
+                dtype = np.dtype(spec)
+            else:
+                raise ModelFileError(f"unsupported string array dtype {str(spec)[:40]!r}")
+            values, shape = node["values"], self._shape(node)
+            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+                raise ModelFileError("string array: values must be strings")
             if math.prod(shape) != len(values):
                 raise ModelFileError("string array: shape does not match the number of values")
             return np.array(values, dtype=dtype).reshape(shape)
         if kind == "object_array":
-            items = [self.decode(v) for v in node["items"]]
-            shape = tuple(node["shape"])
+            shape = self._shape(node)
+            items = [self.decode(v) for v in self._list(node["items"])]
             if math.prod(shape) != len(items):
                 raise ModelFileError("object array: shape does not match the number of items")
             out = np.empty(len(items), dtype=object)
@@ -472,69 +813,117 @@ class _Reader:
                 out[i] = v
             return out.reshape(shape)
         if kind in ("list", "tuple", "set"):
-            items = [self.decode(v) for v in node["items"]]
+            items = [self.decode(v) for v in self._list(node["items"])]
             return {"list": list, "tuple": tuple, "set": set}[kind](items)
         if kind == "dict":
-            return {k: self.decode(v) for k, v in node["items"]}
+            out = {}
+            for pair in self._list(node["items"]):
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise ModelFileError("dict items must be [key, value] pairs")
+                if not isinstance(pair[0], _KEY_TYPES):
+                    raise ModelFileError("dict keys must be str, int, float, bool or null")
+                out[pair[0]] = self.decode(pair[1])
+            return out
         if kind == "torch_dtype":
-            if node["value"] not in _TORCH_DTYPES:
-                raise ModelFileError(f"unknown torch dtype {node['value']!r}")
+            if not isinstance(node["value"], str) or node["value"] not in _TORCH_DTYPES:
+                raise ModelFileError(f"unknown torch dtype {str(node['value'])[:40]!r}")
             return _TORCH_DTYPES[node["value"]]
         if kind == "torch_device":
-            return torch.device(node["value"])
+            value = node["value"]
+            if not isinstance(value, str) or not re.fullmatch(r"(cpu|cuda|mps|meta)(:\d{1,3})?",
+                                                              value):
+                raise ModelFileError(f"unknown torch device {str(value)[:40]!r}")
+            return torch.device(value)
         if kind == "numpy_dtype":
-            return np.dtype(node["value"])
+            value = node["value"]
+            if not isinstance(value, str) or (value not in _ARRAY_DTYPES
+                                              and not re.fullmatch(r"[<>|][US][0-9]{1,6}", value)):
+                raise ModelFileError(f"unsupported NumPy dtype {str(value)[:40]!r}")
+            return np.dtype(value)
         if kind == "random_state":
+            keys = self.decode(node["keys"])
+            state = self._list(node["state"])
+            if (not isinstance(keys, np.ndarray) or keys.dtype != np.uint32
+                    or keys.shape != (624,) or len(state) != 4 or state[0] != "MT19937"):
+                raise ModelFileError("malformed RandomState")
+            name, pos, has_gauss, cached = state
             rs = np.random.RandomState()
-            name, pos, has_gauss, cached = node["state"]
-            rs.set_state((name, self.decode(node["keys"]), pos, has_gauss, cached))
+            rs.set_state((name, keys, _int(pos, "RandomState position", 0, 624),
+                          _int(has_gauss, "RandomState flag", 0, 1), float(cached)))
             return rs
         if kind == "estimator":
             return self.estimator(node)
         if kind == "object":
-            cls = self.cls(node["class"])
-            return cls(**self.decode(node["params"]))
+            cls = self.cls(node["class"], "object")
+            return cls(**self._kwargs(node["params"]))
         if kind == "dataclass":
-            cls = self.cls(node["class"])
-            if not dataclasses.is_dataclass(cls):
-                raise ModelFileError(f"{node['class']} is not a dataclass")
-            return cls(**self.decode(node["fields"]))
+            cls = self.cls(node["class"], "dataclass")
+            return cls(**self._kwargs(node["fields"]))
         if kind == "torch_generator":
+            state = self.decode(node["state"])
+            if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+                raise ModelFileError("malformed torch generator state")
             gen = torch.Generator()
-            gen.set_state(self.decode(node["state"]).cpu())
+            gen.set_state(state.cpu())
             return gen
         if kind == "state_object":
-            cls = self.cls(node["class"], library_only=True)
+            cls = self.cls(node["class"], "state_object")
             obj = cls.__new__(cls)
-            for k, v in self.decode(node["state"]).items():
+            for k, v in self._kwargs(node["state"]).items():
                 object.__setattr__(obj, k, v)
             return obj
-        raise ModelFileError(f"unknown metadata node type {kind!r}")
+        raise ModelFileError(f"unknown metadata node type {str(kind)[:40]!r}")
 
-    def estimator(self, node: dict):
+    @staticmethod
+    def _list(value) -> list:
+        if not isinstance(value, list):
+            raise ModelFileError("malformed metadata: expected a list")
+        return value
+
+    def _kwargs(self, node) -> dict:
+        value = self.decode(node)
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ModelFileError("malformed metadata: expected a dict with string keys")
+        return value
+
+    def estimator_class(self, node: dict) -> type:
         from sklearn.base import BaseEstimator
 
-        cls = None
         try:
-            cls = self.cls(node["class"])
+            cls = self.cls(node.get("class"), "estimator")
         except ModelFileError:
-            if not node.get("name"):
+            name = node.get("name")
+            if not isinstance(name, str) or not name:
                 raise
-        if cls is None:
-            from kernelflow.registry import get_estimator_class
+            # the class moved since the file was written: its registered name still finds it
+            from kernelflow.registry import ESTIMATORS, _normalise, lookup_model_class
 
-            try:
-                cls = get_estimator_class(node["name"])
-            except (KeyError, ImportError) as exc:
-                raise ModelFileError(f"cannot find the estimator class: {exc}") from None
+            path = ESTIMATORS.get(_normalise(name))
+            found = None
+            if path is not None:
+                from kernelflow.registry import get_estimator_class
+
+                try:
+                    moved = get_estimator_class(_normalise(name))
+                except (KeyError, ImportError):
+                    moved = None
+                if isinstance(moved, type):
+                    found = lookup_model_class(f"{moved.__module__}:{moved.__qualname__}")
+            if found is None or found[1] != "estimator":
+                raise
+            cls = found[0]
         if not issubclass(cls, BaseEstimator):
-            raise ModelFileError(f"{node['class']} is not a scikit-learn estimator")
-        params = self.decode(node["params"])
+            raise ModelFileError(f"{node.get('class')} is not a scikit-learn estimator")
+        return cls
+
+    def estimator(self, node: dict):
+        cls = self.estimator_class(node)
+        params = self._kwargs(node["params"])
         try:
             est = cls(**params)
         except TypeError as exc:
             raise ModelFileError(f"parameters do not fit {cls.__name__}: {exc}") from None
-        state = self.decode(node["state"])
+        state = self._kwargs(node["state"])
         if hasattr(est, "_set_state"):
             est._set_state(state)
         else:
@@ -543,55 +932,54 @@ class _Reader:
         return est
 
 
-def _safe_class(path: Any) -> type:
-    if not isinstance(path, str) or ":" not in path:
-        raise ModelFileError(f"malformed class path {path!r}")
-    module, _, qualname = path.partition(":")
-    if not _safe_module(module):
-        raise ModelFileError(
-            f"refusing to load class {path}: only kernelflow and scikit-learn classes are allowed"
-        )
-    try:
-        obj = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise ModelFileError(f"class {path} is not available: {exc}") from None
-    if not isinstance(obj, type):
-        raise ModelFileError(f"{path} is not a class")
-    return obj
-
-
-def _read_arrays(meta: dict, archive, path) -> dict[str, np.ndarray]:
+def _check_array_table(meta: dict, archive: _Archive) -> dict:
+    """Check the metadata's array table against the zip directory; nothing is read."""
     listed = meta.get("arrays")
     if not isinstance(listed, dict):
-        raise ModelFileError(f"{path}: metadata has no array table")
-    present = set(archive.files) - {META_KEY}
+        raise ModelFileError("metadata has no array table")
+    present = set(archive.members) - {META_KEY}
     if present != set(listed):
         missing, unknown = sorted(set(listed) - present), sorted(present - set(listed))
         raise ModelFileError(
-            f"{path}: arrays do not match the metadata (missing {missing}, unlisted {unknown})"
+            f"arrays do not match the metadata (missing {missing[:5]}, unlisted {unknown[:5]})"
         )
+    declared = 0
+    for key, info in listed.items():
+        if not isinstance(info, dict):
+            raise ModelFileError(f"array {key}: malformed entry in the array table")
+        dtype, shape = info.get("dtype"), info.get("shape")
+        if not isinstance(dtype, str) or dtype not in _ARRAY_DTYPES:
+            raise ModelFileError(f"array {key}: unsupported dtype {str(dtype)[:40]!r}")
+        if not isinstance(shape, list) or len(shape) > _MAX_NDIM:
+            raise ModelFileError(f"array {key}: malformed shape {str(shape)[:40]}")
+        dims = [_int(s, f"array {key}: a dimension") for s in shape]
+        declared += math.prod(dims) * np.dtype(dtype).itemsize
+    if declared > archive.size:
+        raise ModelFileError(
+            f"the array table declares {declared} bytes but the file has only {archive.size}"
+        )
+    return listed
+
+
+def _read_arrays(listed: dict, archive: _Archive) -> dict[str, np.ndarray]:
     arrays = {}
     for key, info in listed.items():
-        arr = archive[key]
-        if arr.dtype.kind not in _NUMPY_KINDS:
-            raise ModelFileError(f"{path}: array {key} has unsupported dtype {arr.dtype}")
-        if list(arr.shape) != list(info.get("shape", [])) or arr.dtype.str != info.get("dtype"):
-            raise ModelFileError(
-                f"{path}: array {key} has shape {list(arr.shape)} and dtype {arr.dtype.str}, "
-                f"but the metadata says {info.get('shape')} and {info.get('dtype')}"
-            )
-        if hashlib.sha256(arr.tobytes()).hexdigest() != info.get("sha256"):
-            raise ModelFileError(f"{path}: array {key} does not match its checksum")
+        arr, digest = archive.read(key, info["dtype"], info["shape"])
+        if digest != info.get("sha256"):
+            raise ModelFileError(f"array {key} does not match its checksum")
         arrays[key] = arr
     return arrays
 
 
 def load_model(path, *, device=None, trusted=()):
-    """Load an estimator written by :func:`save_model`.
+    """Load an estimator written by :func:`save_model`, executing nothing from the file.
 
-    Cost: one read of the file plus a SHA-256 pass over the arrays (O(model size)).
+    Every class the file names is looked up, by its exact ``"module:QualName"``, in the
+    registry of classes kernelflow saves (:func:`kernelflow.registry.model_classes`) or in
+    ``trusted``; nothing else is imported or called. Every array's dtype, shape and size is
+    checked against the zip directory, the ``.npy`` header and the metadata before it is read,
+    and the total is capped by the file size and the memory budget. Cost: one read of the file
+    plus a SHA-256 pass over it (O(model size)); memory: the model's arrays once.
 
     Parameters
     ----------
@@ -600,8 +988,8 @@ def load_model(path, *, device=None, trusted=()):
     device : str or torch.device, optional
         Move every tensor to this device (default: keep them on the CPU).
     trusted : iterable of classes, default=()
-        Classes outside kernelflow and scikit-learn that the file may instantiate (your own
-        estimators or kernels); everything else outside the two libraries is refused.
+        Classes outside the registry that the file may instantiate (your own estimators or
+        kernels); everything else outside it is refused.
 
     Returns
     -------
@@ -613,9 +1001,11 @@ def load_model(path, *, device=None, trusted=()):
     FileNotFoundError
         If ``path`` does not exist.
     ModelFileError
-        If the file is not a kernelflow model, its format version is unknown, its metadata
-        disagrees with the stored arrays (shape, dtype, checksum), or it names a class outside
-        kernelflow and scikit-learn.
+        For every other problem: not a model file, truncated or corrupt, unknown format
+        version, members that are compressed, unlisted, duplicated or larger than the file or
+        the memory budget, arrays whose dtype, shape or checksum disagree with the metadata,
+        metadata edited after writing (its checksum), classes outside the registry, parameters
+        that do not fit the class.
 
     Examples
     --------
@@ -626,22 +1016,28 @@ def load_model(path, *, device=None, trusted=()):
     >>> load_model(p).coef_.round(3)
     array([0.143])
     """
+    reader = _Reader({}, device, trusted)
     meta, archive = _open(path)
     try:
-        arrays = _read_arrays(meta, archive, path)
-    except (zipfile.BadZipFile, OSError, ValueError) as exc:
-        if isinstance(exc, ModelFileError):
-            raise
-        raise ModelFileError(f"{path}: corrupt array data ({exc})") from None
-    finally:
-        archive.close()
-    node = meta.get("estimator")
-    if not isinstance(node, dict):
-        raise ModelFileError(f"{path}: metadata has no estimator")
-    try:
-        return _Reader(arrays, device, trusted).estimator(node)
+        node = meta.get("estimator")
+        if not isinstance(node, dict):
+            raise ModelFileError("metadata has no estimator")
+        listed = _check_array_table(meta, archive)
+        reader.estimator_class(node)  # the root node carries no "type"
+        reader.check_classes(node)
+        reader.arrays = _read_arrays(listed, archive)
+        if CHECKSUM_KEY in meta and meta[CHECKSUM_KEY] != _metadata_digest(meta):
+            raise ModelFileError(
+                "the metadata does not match its checksum (edited or corrupted after writing)"
+            )
+        return reader.estimator(node)
     except ModelFileError as exc:
         raise ModelFileError(f"{path}: {exc}") from None
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFileError(f"{path}: malformed metadata ({type(exc).__name__}: {exc})") from None
-
+    except MemoryError:
+        raise ModelFileError(f"{path}: not enough memory to load the model") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the file provokes is a file error
+        raise ModelFileError(
+            f"{path}: malformed model file ({type(exc).__name__}: {str(exc)[:200]})"
+        ) from None
+    finally:
+        archive.close()

@@ -322,3 +322,194 @@ def name_of(estimator) -> str | None:
         except Exception:  # noqa: BLE001
             continue
     return None
+
+
+# ---------------------------------------------------------------------------------------------
+# classes a model file may name
+# ---------------------------------------------------------------------------------------------
+#: kernelflow modules and packages whose classes a model file may name: the estimators, kernels,
+#: ``Options``, selectors, online learners and the helper objects and dataclasses they hold. Every
+#: class *defined* in one of these modules (or in a module of one of these packages) is found
+#: automatically; modules that read or write files, start processes or talk to a network are
+#: deliberately absent (command line, datasets, data sources, distributed launcher, plotting).
+MODEL_CLASS_MODULES = (
+    "kernelflow.kernels",
+    "kernelflow.operators",
+    "kernelflow.linalg",
+    "kernelflow.estimators",
+    "kernelflow.online",
+    "kernelflow.solvers",
+    "kernelflow.landmarks",
+    "kernelflow.features",
+)
+
+#: scikit-learn packages whose public estimators (their ``__all__``) a model file may name, so
+#: that pipelines of scaling, imputation and feature steps around a kernelflow model load; the
+#: packages of the scikit-learn entries of :data:`ESTIMATORS` are added to these.
+SKLEARN_MODEL_PACKAGES = (
+    "sklearn.pipeline",
+    "sklearn.compose",
+    "sklearn.preprocessing",
+    "sklearn.impute",
+    "sklearn.feature_selection",
+    "sklearn.kernel_approximation",
+    "sklearn.decomposition",
+    "sklearn.linear_model",
+    "sklearn.kernel_ridge",
+    "sklearn.svm",
+    "sklearn.dummy",
+)
+
+#: kinds of model-file classes, as the node types of the format name them
+CLASS_KINDS = ("estimator", "object", "dataclass", "state_object")
+
+_MODEL_CLASSES: dict[str, tuple[type, str]] = {}
+_MODEL_CLASSES_KEY: tuple | None = None
+_SKLEARN_SCANNED: set[str] = set()
+
+
+def _class_kind(cls: type) -> str | None:
+    import dataclasses
+
+    from sklearn.base import BaseEstimator
+
+    if issubclass(cls, BaseException):
+        return None
+    # the same order of tests as the saver (kernelflow.io._Writer.encode)
+    if issubclass(cls, BaseEstimator):
+        return "estimator"
+    if callable(getattr(cls, "get_params", None)):
+        return "object"
+    if dataclasses.is_dataclass(cls) and all(f.init for f in dataclasses.fields(cls)):
+        return "dataclass"
+    return "state_object"
+
+
+def _iter_model_modules():
+    import pkgutil
+
+    for name in MODEL_CLASS_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - a broken module must not hide the others
+            logger.debug("model classes: cannot import %s: %s", name, exc)
+            continue
+        yield module
+        path = getattr(module, "__path__", None)
+        if path is None:
+            continue
+        for info in pkgutil.walk_packages(path, prefix=name + "."):
+            if info.name.rpartition(".")[2].startswith("_native"):
+                continue
+            try:
+                yield importlib.import_module(info.name)
+            except Exception as exc:  # noqa: BLE001
+                logger.debug("model classes: cannot import %s: %s", info.name, exc)
+
+
+def _add_class(table: dict, cls: type) -> None:
+    kind = _class_kind(cls)
+    if kind is not None:
+        table[class_path(cls)] = (cls, kind)
+
+
+def model_classes() -> dict[str, tuple[type, str]]:
+    """Every class a model file may name, as ``{"module:QualName": (class, kind)}``.
+
+    The table is derived, not written by hand: it holds every class defined in the modules of
+    :data:`MODEL_CLASS_MODULES` (estimators, kernels, ``Options``, selectors, online learners,
+    helper objects and dataclasses), every entry of :data:`ESTIMATORS` (scikit-learn baselines,
+    entries added with :func:`register` or by installed plugins) and the public estimators of
+    :data:`SKLEARN_MODEL_PACKAGES` (looked up on demand). ``kind`` is how a model file stores
+    it: ``"estimator"``, ``"object"`` (rebuilt from ``get_params``), ``"dataclass"`` or
+    ``"state_object"`` (attributes restored without ``__init__``). Exception classes are never
+    listed. The table is rebuilt when :data:`ESTIMATORS` changes.
+
+    Examples
+    --------
+    >>> table = model_classes()
+    >>> table["kernelflow.kernels:Gaussian"][1]
+    'object'
+    >>> table["kernelflow.operators:Options"][1]
+    'dataclass'
+    >>> "os:system" in table
+    False
+    """
+    global _MODEL_CLASSES_KEY
+    _load_entry_points()
+    _discover_once()
+    key = tuple(sorted(ESTIMATORS.items()))
+    if _MODEL_CLASSES_KEY == key:
+        return _MODEL_CLASSES
+    table: dict[str, tuple[type, str]] = {}
+    for module in _iter_model_modules():
+        for obj in list(vars(module).values()):
+            if isinstance(obj, type) and obj.__module__ == module.__name__:
+                _add_class(table, obj)
+    for name, path in ESTIMATORS.items():
+        try:
+            cls = _import(path)
+        except Exception as exc:  # noqa: BLE001 - a broken entry must not hide the others
+            logger.debug("model classes: skipping %s (%s): %s", name, path, exc)
+            continue
+        if isinstance(cls, type):
+            _add_class(table, cls)
+    _SKLEARN_SCANNED.clear()  # scikit-learn packages are scanned again on demand
+    _MODEL_CLASSES.clear()
+    _MODEL_CLASSES.update(table)
+    _MODEL_CLASSES_KEY = key
+    return _MODEL_CLASSES
+
+
+def _sklearn_packages() -> list[str]:
+    packages = list(SKLEARN_MODEL_PACKAGES)
+    for path in ESTIMATORS.values():
+        module = path.partition(":")[0]
+        if module.startswith("sklearn."):
+            package = ".".join(module.split(".")[:2])
+            if package not in packages:
+                packages.append(package)
+    return packages
+
+
+def _scan_sklearn_package(package: str) -> None:
+    """Add the public estimators (``__all__``) of one allowed scikit-learn package."""
+    from sklearn.base import BaseEstimator
+
+    if package in _SKLEARN_SCANNED:
+        return
+    _SKLEARN_SCANNED.add(package)
+    try:
+        module = importlib.import_module(package)
+    except Exception as exc:  # noqa: BLE001
+        logger.debug("model classes: cannot import %s: %s", package, exc)
+        return
+    for attr in getattr(module, "__all__", ()):
+        obj = vars(module).get(attr)
+        if isinstance(obj, type) and issubclass(obj, BaseEstimator):
+            _MODEL_CLASSES.setdefault(class_path(obj), (obj, "estimator"))
+
+
+def lookup_model_class(path: str) -> tuple[type, str] | None:
+    """``(class, kind)`` for the exact class path ``"module:QualName"``, or ``None``.
+
+    Only classes of :func:`model_classes` are ever returned: the path is looked up as a whole
+    string, never imported or walked attribute by attribute. For a scikit-learn path, the public
+    estimators of its package are added first when that package is one of
+    :data:`SKLEARN_MODEL_PACKAGES` (or holds a registered estimator).
+
+    Examples
+    --------
+    >>> lookup_model_class("sklearn.preprocessing._data:StandardScaler")[0].__name__
+    'StandardScaler'
+    >>> lookup_model_class("kernelflow.io:np.f2py.subprocess.Popen") is None
+    True
+    """
+    if not isinstance(path, str):
+        return None
+    table = model_classes()
+    if path not in table and path.startswith("sklearn."):
+        package = ".".join(path.partition(":")[0].split(".")[:2])
+        if package in _sklearn_packages():
+            _scan_sklearn_package(package)
+    return table.get(path)

@@ -1,0 +1,683 @@
+"""Hostile model files: every one is refused with ModelFileError and executes nothing.
+
+Most files here are built by a *forger*: the helper rewrites the metadata and then recomputes
+every checksum, so what is tested is the loader's own rule (registry, sizes, dtypes, member
+names), not merely the checksum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import warnings
+import zipfile
+import zlib
+from pathlib import Path
+
+import hypothesis
+import numpy as np
+import pytest
+from hypothesis import strategies as st
+
+from kernelflow.io import (
+    CHECKSUM_KEY,
+    META_KEY,
+    ModelFileError,
+    _metadata_digest,
+    load_model,
+    read_metadata,
+    save_model,
+)
+from kernelflow.registry import ESTIMATORS, lookup_model_class, model_classes
+
+_SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _data(seed=0, n=12, d=2):
+    rng = np.random.RandomState(seed)
+    return rng.rand(n, d), rng.rand(n), rng.rand(4, d)
+
+
+@pytest.fixture(scope="module")
+def model_bytes(tmp_path_factory):
+    from kernelflow.estimators import KernelRidge
+
+    X, y, X_new = _data()
+    model = KernelRidge(alpha=0.1, sigma=0.7).fit(X, y)
+    path = save_model(model, tmp_path_factory.mktemp("valid") / "model.npz")
+    return path.read_bytes(), model.predict(X_new), X_new
+
+
+@pytest.fixture
+def saved(tmp_path, model_bytes):
+    path = tmp_path / "model.npz"
+    path.write_bytes(model_bytes[0])
+    return path
+
+
+def _members(path) -> tuple[dict, dict]:
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    return json.loads(arrays.pop(META_KEY).tobytes()), arrays
+
+
+def _npz(path, meta, arrays, *, forge=True):
+    """Write meta and arrays as a model file; ``forge`` recomputes every checksum."""
+    if forge:
+        table = meta.get("arrays")
+        for key, arr in arrays.items():
+            if isinstance(table, dict) and isinstance(table.get(key), dict):
+                table[key]["sha256"] = hashlib.sha256(arr.tobytes()).hexdigest()
+        meta[CHECKSUM_KEY] = _metadata_digest(meta)
+    blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with open(path, "wb") as fh:
+        np.savez(fh, **{META_KEY: blob}, **arrays)
+    return path
+
+
+def _edit(path, edit, *, forge=True):
+    meta, arrays = _members(path)
+    edit(meta, arrays)
+    return _npz(path, meta, arrays, forge=forge)
+
+
+def _npy_header(descr: str, shape: tuple, fortran=False) -> bytes:
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": descr, "fortran_order": fortran, "shape": shape}
+    )
+    return buf.getvalue()
+
+
+def _raw_zip(entries) -> bytes:
+    """A zip archive from ``(name, method, stored_bytes, crc, uncompressed_size)`` entries,
+    written by hand so that sizes and methods can lie."""
+    out, central = bytearray(), bytearray()
+    for name, method, data, crc, size in entries:
+        fname = name.encode()
+        offset = len(out)
+        out += struct.pack("<4s5H3L2H", b"PK\x03\x04", 20, 0, method, 0, 0, crc, len(data),
+                           size, len(fname), 0) + fname + data
+        central += struct.pack("<4s6H3L5H2L", b"PK\x01\x02", 20, 20, 0, method, 0, 0, crc,
+                               len(data), size, len(fname), 0, 0, 0, 0, 0, offset) + fname
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(entries), len(entries),
+                      len(central), len(out), 0)
+    return bytes(out + central + end)
+
+
+def _stored(name: str, data: bytes):
+    return (name, zipfile.ZIP_STORED, data, zlib.crc32(data), len(data))
+
+
+def _meta_member(meta: dict):
+    blob = json.dumps(meta).encode()
+    return _stored(f"{META_KEY}.npy", _npy_header("|u1", (len(blob),)) + blob)
+
+
+def _valid_meta(arrays: dict[str, np.ndarray]) -> dict:
+    """Metadata of a (forged) file whose estimator is a tiny scikit-learn Ridge."""
+    meta = {
+        "format": "kernelflow-model",
+        "format_version": 1,
+        "versions": {},
+        "estimator": {
+            "name": None,
+            "class": "sklearn.linear_model._ridge:Ridge",
+            "params": {"type": "dict", "items": []},
+            "state": {"type": "dict", "items": [
+                [k, {"type": "ndarray", "key": k}] for k in arrays
+            ]},
+        },
+        "arrays": {
+            k: {"dtype": a.dtype.str, "shape": list(a.shape),
+                "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+            for k, a in arrays.items()
+        },
+        "extra": {},
+    }
+    meta[CHECKSUM_KEY] = _metadata_digest(meta)
+    return meta
+
+
+def _bomb(path: Path, declared=2 * 2**30) -> Path:
+    """A deflated member of about 2 MB that inflates to ``declared`` bytes of zeros."""
+    n = declared // 8
+    header = _npy_header("<f8", (n,))
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = comp.compress(header) + comp.flush(zlib.Z_FULL_FLUSH)
+    zeros = bytes(2**20)
+    piece = comp.compress(zeros) + comp.flush(zlib.Z_FULL_FLUSH)  # independent of the history
+    reps = (declared + len(header)) // 2**20
+    stream = head + piece * reps + comp.flush()
+    meta = _valid_meta({})
+    meta["arrays"] = {"a0": {"dtype": "<f8", "shape": [n], "sha256": "0" * 64}}
+    meta[CHECKSUM_KEY] = _metadata_digest(meta)
+    entry = ("a0.npy", zipfile.ZIP_DEFLATED, stream, 0, len(header) + reps * 2**20)
+    path.write_bytes(_raw_zip([_meta_member(meta), entry]))
+    return path
+
+
+def _huge_shape(path: Path, lie_in_directory: bool) -> Path:
+    """A stored member whose ``.npy`` header declares 2 GiB (or, with ``lie_in_directory``,
+    whose zip directory does too) while the file holds a few bytes."""
+    n = 2**28
+    meta = _valid_meta({})
+    meta["arrays"] = {"a0": {"dtype": "<f8", "shape": [n], "sha256": "0" * 64}}
+    meta[CHECKSUM_KEY] = _metadata_digest(meta)
+    data = _npy_header("<f8", (n,)) + bytes(64)
+    size = len(data) + (8 * n if lie_in_directory else 0)
+    entry = ("a0.npy", zipfile.ZIP_STORED, data, zlib.crc32(data), size)
+    if lie_in_directory:
+        entry = ("a0.npy", zipfile.ZIP_STORED, data, 0, size)
+    path.write_bytes(_raw_zip([_meta_member(meta), entry]))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# code execution and side effects
+# ---------------------------------------------------------------------------------------------
+def _popen_node(marker: Path, cls="kernelflow.io:np.f2py.subprocess.Popen") -> dict:
+    return {
+        "type": "object",
+        "class": cls,
+        "params": {"type": "dict", "items": [
+            ["args", {"type": "list", "items": ["sh", "-c", f"touch {marker}"]}],
+        ]},
+    }
+
+
+@pytest.mark.parametrize("where", ["param", "state", "root", "dataclass", "state_object"])
+@pytest.mark.parametrize("cls", [
+    "kernelflow.io:np.f2py.subprocess.Popen",
+    "kernelflow.io:subprocess.Popen",
+    "subprocess:Popen",
+    "kernelflow.kernels:np.f2py.subprocess.Popen",
+])
+def test_command_execution_is_refused_and_runs_nothing(saved, tmp_path, where, cls):
+    marker = tmp_path / "MARKER"
+    node = _popen_node(marker, cls)
+
+    def edit(meta, arrays):
+        est = meta["estimator"]
+        if where == "root":
+            est.update(node, name=None)
+            del est["type"]
+        elif where == "param":
+            est["params"]["items"].append(["kernel", node])
+        elif where == "state":
+            est["state"]["items"].append(["evil_", node])
+        else:
+            node["type"] = where
+            node["fields" if where == "dataclass" else "state"] = node.pop("params")
+            est["state"]["items"].append(["evil_", node])
+
+    _edit(saved, edit)
+    with pytest.raises(ModelFileError, match="refusing to load class"):
+        load_model(saved)
+    assert not marker.exists()
+
+
+def test_file_truncation_through_zipfile_is_refused(saved, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    for cls in ("zipfile:ZipFile", "kernelflow.io:zipfile.ZipFile", "kernelflow.io:open"):
+        def edit(meta, arrays, cls=cls):
+            meta["estimator"]["params"]["items"].append(["kernel", {
+                "type": "object", "class": cls, "params": {"type": "dict", "items": [
+                    ["file", str(victim)], ["mode", "w"]]},
+            }])
+
+        _edit(saved, edit)
+        with pytest.raises(ModelFileError, match="refusing to load class"):
+            load_model(saved)
+        assert victim.read_text() == "precious"
+
+
+@pytest.mark.parametrize("path", [
+    "kernelflow.kernels:NoSuchKernel",          # unknown class
+    "kernelflow.io:load_model",                  # a function
+    "kernelflow.io:np",                          # a module
+    "kernelflow.io:ModelFileError",              # an exception class
+    "kernelflow.kernels:Gaussian.__init__",      # attribute walk
+    "kernelflow.kernels:Gaussian.__class__",
+    "builtins:eval",
+    "os:system",
+    "kernelflow.cli:main",
+    "sklearn.utils:Bunch",                       # scikit-learn, but not a registered class
+    "sklearn.neighbors._regression:KNeighborsRegressor",
+    "",
+])
+def test_unknown_classes_functions_and_modules_are_refused(saved, path):
+    _edit(saved, lambda meta, arrays: meta["estimator"].update({"class": path, "name": None}))
+    with pytest.raises(ModelFileError, match="refusing to load class|malformed class"):
+        load_model(saved)
+
+
+def test_class_of_the_wrong_kind_is_refused(saved):
+    # a registered estimator named where a kernel (an "object" node) is expected, and the other
+    # way round: a class is only ever built in the way it was registered
+    def edit(meta, arrays):
+        meta["estimator"]["params"]["items"].append(["kernel", {
+            "type": "state_object", "class": "kernelflow.kernels:Gaussian",
+            "state": {"type": "dict", "items": []}}])
+
+    _edit(saved, edit)
+    with pytest.raises(ModelFileError, match="not as a state_object"):
+        load_model(saved)
+
+
+def test_registry_holds_only_classes_and_no_exceptions():
+    table = model_classes()
+    assert table, "the registry is empty"
+    for path, (cls, kind) in table.items():
+        assert isinstance(cls, type), path
+        assert not issubclass(cls, BaseException), path
+        assert path == f"{cls.__module__}:{cls.__qualname__}"
+        assert kind in ("estimator", "object", "dataclass", "state_object")
+    for name in ESTIMATORS:  # every registered estimator can be named by a file
+        from kernelflow.registry import get_estimator_class
+
+        cls = get_estimator_class(name)
+        assert lookup_model_class(f"{cls.__module__}:{cls.__qualname__}") == (cls, "estimator")
+
+
+def test_a_newly_registered_estimator_is_picked_up(tmp_path):
+    from sklearn.neighbors import KNeighborsRegressor
+
+    X, y, X_new = _data()
+    model = KNeighborsRegressor(n_neighbors=2, algorithm="brute").fit(X, y)
+    path = save_model(model, tmp_path / "knn.npz")
+    with pytest.raises(ModelFileError, match="refusing to load class"):
+        load_model(path)
+    ESTIMATORS["knn_for_test"] = "sklearn.neighbors:KNeighborsRegressor"
+    try:
+        np.testing.assert_array_equal(load_model(path).predict(X_new), model.predict(X_new))
+    finally:
+        del ESTIMATORS["knn_for_test"]
+    assert lookup_model_class("sklearn.neighbors._regression:KNeighborsRegressor") is None
+
+
+# ---------------------------------------------------------------------------------------------
+# sizes, dtypes, member names
+# ---------------------------------------------------------------------------------------------
+def test_zip_bomb_is_refused_before_inflating(tmp_path):
+    path = _bomb(tmp_path / "bomb.npz")
+    assert path.stat().st_size < 3 * 2**20
+    with pytest.raises(ModelFileError, match="compressed"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("lie", [False, True])
+def test_huge_declared_shape_is_refused_before_allocating(tmp_path, lie):
+    path = _huge_shape(tmp_path / "huge.npz", lie_in_directory=lie)
+    with pytest.raises(ModelFileError, match="bytes"):
+        load_model(path)
+
+
+def test_huge_shape_in_the_array_table_is_refused(saved):
+    def edit(meta, arrays):
+        key = sorted(meta["arrays"])[0]
+        meta["arrays"][key]["shape"] = [2**40, 2**40]
+
+    _edit(saved, edit)
+    with pytest.raises(ModelFileError, match="declares"):
+        load_model(saved)
+
+
+def test_loading_hostile_files_stays_under_200_mb(tmp_path):
+    files = [_bomb(tmp_path / "bomb.npz"), _huge_shape(tmp_path / "h1.npz", False),
+             _huge_shape(tmp_path / "h2.npz", True)]
+    script = textwrap.dedent(f"""
+        import resource, sys, tracemalloc
+        sys.path.insert(0, {_SRC!r})
+        from kernelflow.io import ModelFileError, load_model
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        tracemalloc.start()
+        for path in {[str(f) for f in files]!r}:
+            try:
+                load_model(path)
+            except ModelFileError:
+                pass
+            else:
+                raise SystemExit("loaded a hostile file")
+        peak = tracemalloc.get_traced_memory()[1]
+        after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(peak, (after - before) * 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    traced, rss_growth = map(int, out.stdout.split())
+    assert traced < 200 * 2**20
+    assert rss_growth < 200 * 2**20
+
+
+@pytest.mark.parametrize("name", [
+    "../evil.npy", "/tmp/evil.npy", "a0/../../evil.npy", "sub/a0.npy", "a0.npy/", "..",
+    "intruder.npy", "a01.npy", "A0.npy", "a0.npy\x00x",
+])
+def test_path_traversal_and_unknown_member_names_are_refused(tmp_path, name):
+    arr = np.zeros(3)
+    meta = _valid_meta({"a0": arr})
+    data = _npy_header("<f8", (3,)) + arr.tobytes()
+    path = tmp_path / "m.npz"
+    path.write_bytes(_raw_zip([_meta_member(meta), _stored("a0.npy", data), _stored(name, data)]))
+    with pytest.raises(ModelFileError, match="unlisted member|duplicate"):
+        load_model(path)
+    assert not (tmp_path.parent / "evil.npy").exists()
+
+
+def test_a_directory_declaring_millions_of_members_is_refused_before_parsing(tmp_path):
+    arr = np.zeros(3)
+    meta = _valid_meta({"a0": arr})
+    data = bytearray(_raw_zip([_meta_member(meta),
+                               _stored("a0.npy", _npy_header("<f8", (3,)) + arr.tobytes())]))
+    path = tmp_path / "m.npz"
+    # a zip64 end record declaring 10**9 members
+    body = bytes(data[:-22])
+    cd_size, cd_offset = struct.unpack_from("<2L", data, len(data) - 10)
+    record = struct.pack("<4sQ2H2L4Q", b"PK\x06\x06", 44, 45, 45, 0, 0, 10**9, 10**9,
+                         cd_size, cd_offset)
+    locator = struct.pack("<4sLQL", b"PK\x06\x07", 0, len(body), 1)
+    end = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, cd_size, cd_offset, 0)
+    path.write_bytes(body + record + locator + end)
+    with pytest.raises(ModelFileError, match="declares 1000000000 members"):
+        load_model(path)
+
+
+def test_duplicate_members_are_refused(tmp_path):
+    arr = np.zeros(3)
+    meta = _valid_meta({"a0": arr})
+    good = _npy_header("<f8", (3,)) + arr.tobytes()
+    evil = _npy_header("<f8", (3,)) + np.ones(3).tobytes()
+    path = tmp_path / "m.npz"
+    path.write_bytes(_raw_zip([_meta_member(meta), _stored("a0.npy", good),
+                               _stored("a0.npy", evil)]))
+    with pytest.raises(ModelFileError, match="duplicate member"):
+        load_model(path)
+
+
+def test_a_forged_valid_file_loads(tmp_path):
+    # the hand-written archives above are refused for their defect, not for their form
+    arr = np.arange(3.0)
+    meta = _valid_meta({"coef_": arr})
+    meta["arrays"] = {"a0": meta["arrays"].pop("coef_")}
+    meta["estimator"]["state"]["items"] = [["coef_", {"type": "ndarray", "key": "a0"}],
+                                           ["intercept_", 0.5]]
+    meta[CHECKSUM_KEY] = _metadata_digest(meta)
+    path = tmp_path / "m.npz"
+    path.write_bytes(_raw_zip([_meta_member(meta),
+                               _stored("a0.npy", _npy_header("<f8", (3,)) + arr.tobytes())]))
+    np.testing.assert_array_equal(load_model(path).predict([[1.0, 1.0, 1.0]]), [3.5])
+
+
+def test_compressed_members_are_refused(saved, tmp_path):
+    meta, arrays = _members(saved)
+    path = tmp_path / "compressed.npz"
+    with open(path, "wb") as fh:
+        np.savez_compressed(fh, **{META_KEY: np.frombuffer(json.dumps(meta).encode(), np.uint8)},
+                            **arrays)
+    with pytest.raises(ModelFileError, match="compressed"):
+        load_model(path)
+
+
+def test_pickled_objects_are_never_unpickled(saved, tmp_path):
+    marker = tmp_path / "PICKLED"
+
+    class Boom:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    key = sorted(read_metadata(saved)["arrays"])[0]
+    meta, arrays = _members(saved)
+    arrays[key] = np.array([Boom()], dtype=object)
+    for declared, message in ((None, "stored as"), ("|O", "unsupported dtype")):
+        if declared:
+            meta["arrays"][key]["dtype"] = declared
+        blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        with open(saved, "wb") as fh:
+            np.savez(fh, **{META_KEY: blob}, **arrays)  # np.savez pickles the object array
+        with pytest.raises(ModelFileError, match=message):
+            load_model(saved)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("dtype", ["<c16", "<i8", "<f4"])
+def test_wrong_dtype_for_a_tensor_is_refused(saved, dtype):
+    def edit(meta, arrays):
+        key = sorted(meta["arrays"])[0]
+        arrays[key] = arrays[key].astype(np.dtype(dtype))
+        meta["arrays"][key]["dtype"] = np.dtype(dtype).str
+
+    _edit(saved, edit)
+    with pytest.raises(ModelFileError, match="stored as"):
+        load_model(saved)
+
+
+@pytest.mark.parametrize("dtype", ["|O", "|V8", "<M8[s]", "|S3", "[('a', '<f8')]", 7, None])
+def test_unsupported_declared_dtypes_are_refused(saved, dtype):
+    _edit(saved, lambda m, a: m["arrays"][sorted(m["arrays"])[0]].update(dtype=dtype))
+    with pytest.raises(ModelFileError, match="unsupported dtype"):
+        load_model(saved)
+
+
+# ---------------------------------------------------------------------------------------------
+# edited, corrupted, truncated
+# ---------------------------------------------------------------------------------------------
+def _set_param(meta, name, value):
+    for item in meta["estimator"]["params"]["items"]:
+        if item[0] == name:
+            item[1] = value
+            return
+    raise AssertionError(f"no parameter {name}")
+
+
+def test_edited_parameters_are_refused(saved):
+    _edit(saved, lambda meta, arrays: _set_param(meta, "sigma", 5.0), forge=False)
+    with pytest.raises(ModelFileError, match="metadata does not match its checksum"):
+        load_model(saved)
+
+
+def test_edited_metadata_checksum_is_refused(saved):
+    _edit(saved, lambda meta, arrays: meta.update({CHECKSUM_KEY: "0" * 64}), forge=False)
+    with pytest.raises(ModelFileError, match="metadata does not match its checksum"):
+        load_model(saved)
+
+
+def test_corrupted_array_checksum_is_refused(saved):
+    def edit(meta, arrays):
+        key = sorted(meta["arrays"])[0]
+        meta["arrays"][key]["sha256"] = "f" * 64
+
+    _edit(saved, edit, forge=False)
+    with pytest.raises(ModelFileError, match="does not match its checksum"):
+        load_model(saved)
+
+
+def test_legacy_file_without_metadata_checksum_still_loads(saved, model_bytes):
+    # files written before the metadata checksum existed keep loading (their arrays are still
+    # checked against their own SHA-256 digests)
+    _edit(saved, lambda meta, arrays: meta.pop(CHECKSUM_KEY), forge=False)
+    np.testing.assert_array_equal(load_model(saved).predict(model_bytes[2]), model_bytes[1])
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.1, 0.5, 0.9, 0.99])
+def test_truncated_files_are_refused(saved, fraction):
+    data = saved.read_bytes()
+    saved.write_bytes(data[: int(len(data) * fraction)])
+    with pytest.raises(ModelFileError):
+        load_model(saved)
+
+
+@pytest.mark.parametrize("text", [
+    '{"format": "kernelflow-model", "format_version": 1, "x": NaN}',
+    '[' * 100000,
+    '{"format": "kernelflow-model", "format_version": true}',
+    '"just a string"',
+    '\xff\xfe',
+])
+def test_malformed_metadata_is_refused(tmp_path, text):
+    blob = text.encode("utf-8", "surrogateescape") if text != '\xff\xfe' else b"\xff\xfe"
+    path = tmp_path / "m.npz"
+    path.write_bytes(_raw_zip([_stored(f"{META_KEY}.npy",
+                                       _npy_header("|u1", (len(blob),)) + blob)]))
+    with pytest.raises(ModelFileError):
+        load_model(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing: atomic, nothing left behind
+# ---------------------------------------------------------------------------------------------
+def _ridge():
+    from sklearn.linear_model import Ridge
+
+    return Ridge().fit([[0.0], [1.0]], [0.0, 1.0])
+
+
+def test_interrupted_write_leaves_nothing_behind(tmp_path, monkeypatch):
+    target = save_model(_ridge(), tmp_path / "model.npz")
+    before = target.read_bytes()
+
+    def interrupted(fh, **arrays):
+        fh.write(b"PK partial")
+        raise KeyboardInterrupt
+
+    import kernelflow.io as kio
+
+    monkeypatch.setattr(kio.np, "savez", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(_ridge(), target)
+    assert sorted(os.listdir(tmp_path)) == ["model.npz"]
+    assert target.read_bytes() == before
+
+
+def test_killed_write_leaves_the_old_file_and_its_temporary_is_cleaned(tmp_path):
+    target = save_model(_ridge(), tmp_path / "model.npz")
+    before = target.read_bytes()
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {_SRC!r})
+        import kernelflow.io as kio
+        from sklearn.linear_model import Ridge
+
+        def stall(fd):
+            print("writing", flush=True)
+            time.sleep(120)
+
+        kio.os.fsync = stall
+        kio.save_model(Ridge().fit([[0.0], [1.0]], [5.0, 1.0]), {str(target)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        temporaries = [n for n in os.listdir(tmp_path) if ".kf-tmp-" in n]
+        assert len(temporaries) == 1 and str(proc.pid) in temporaries[0]
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        proc.stdout.close()
+    assert target.read_bytes() == before  # the old model is intact
+    assert any(".kf-tmp-" in n for n in os.listdir(tmp_path))  # a SIGKILL cannot clean up
+    save_model(_ridge(), tmp_path / "other.npz")  # the next save to the directory does
+    assert sorted(os.listdir(tmp_path)) == ["model.npz", "other.npz"]
+    np.testing.assert_array_equal(load_model(target).coef_, _ridge().coef_)
+
+
+def test_temporary_of_a_running_writer_is_kept(tmp_path):
+    from kernelflow.io import _host
+
+    alive = tmp_path / f".model.npz.kf-tmp-{_host()}-{os.getppid()}-abc"
+    elsewhere = tmp_path / f".model.npz.kf-tmp-{_host()}x-999999999-abc"  # another machine's
+    for f in (alive, elsewhere):
+        f.write_bytes(b"in progress")
+    save_model(_ridge(), tmp_path / "model.npz")
+    assert alive.exists() and elsewhere.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# mutation fuzz: the identical model or ModelFileError, nothing else
+# ---------------------------------------------------------------------------------------------
+_LARGE = os.environ.get("KERNELFLOW_FUZZ_PROFILE", "").lower() == "large"
+_FUZZ_EXAMPLES = 3000 if _LARGE else 60
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**70, 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _paths(v, (*prefix, i))
+
+
+def _check_identical_or_refused(path, expected, X_new):
+    try:
+        loaded = load_model(path)
+    except ModelFileError:
+        return
+    from kernelflow.estimators import KernelRidge
+
+    assert type(loaded) is KernelRidge
+    assert repr(loaded.get_params()) == repr(KernelRidge(alpha=0.1, sigma=0.7).get_params())
+    np.testing.assert_array_equal(loaded.predict(X_new), expected)
+
+
+_FUZZ = hypothesis.settings(max_examples=_FUZZ_EXAMPLES, deadline=None, database=None,
+                            suppress_health_check=list(hypothesis.HealthCheck))
+
+
+@_FUZZ
+@hypothesis.given(flips=st.lists(st.tuples(st.floats(0, 1, exclude_max=True),
+                                           st.integers(1, 255)), min_size=1, max_size=4))
+def test_fuzz_flipped_bytes(model_bytes, tmp_path_factory, flips):
+    data, expected, X_new = model_bytes
+    buf = bytearray(data)
+    for where, xor in flips:
+        buf[int(where * len(buf))] ^= xor
+    path = tmp_path_factory.mktemp("flip") / "m.npz"
+    path.write_bytes(bytes(buf))
+    _check_identical_or_refused(path, expected, X_new)
+
+
+@_FUZZ
+@hypothesis.given(choice=st.floats(0, 1, exclude_max=True), value=_JSON, forge=st.booleans())
+def test_fuzz_edited_metadata(model_bytes, tmp_path_factory, choice, value, forge):
+    data, expected, X_new = model_bytes
+    path = tmp_path_factory.mktemp("edit") / "m.npz"
+    path.write_bytes(data)
+    meta, arrays = _members(path)
+    paths = [p for p in _paths(meta) if p]
+    target = paths[int(choice * len(paths))]
+    node = meta
+    for part in target[:-1]:
+        node = node[part]
+    node[target[-1]] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _npz(path, meta, arrays, forge=forge)
+    if forge:
+        # a forger who recomputes every checksum may change the model; the loader must still
+        # either refuse or build it without any other exception
+        try:
+            load_model(path)
+        except ModelFileError:
+            pass
+    else:
+        _check_identical_or_refused(path, expected, X_new)
