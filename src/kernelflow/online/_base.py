@@ -25,7 +25,7 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils.validation import check_is_fitted
 
 from ..kernels import Gaussian, Kernel, make_kernel
-from ..utils._validation import check_X, check_X_y
+from ..utils._validation import check_X, check_X_y, to_output
 from ._updates import single_thread_blas
 
 __all__ = ["OnlineRegressorBase", "kernel_block"]
@@ -173,7 +173,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         Xn, yn, kind, dtype = self._start(X, y, reset=not hasattr(self, "n_rounds_"))
         preds = np.empty(Xn.shape[0])
         self._run(Xn, yn, preds)
-        return torch.from_numpy(preds).to(dtype) if kind == "torch" else preds
+        return to_output(torch.from_numpy(preds), kind)
 
     def predict(self, X):
         """Predictions for X as the next round's input (no state change).
@@ -192,7 +192,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         check_is_fitted(self, "n_rounds_")
         Xt, kind = check_X(self, X, reset=False)
         out = self._predict_rows(Xt.detach().cpu().numpy().astype(np.float64, copy=False))
-        return torch.from_numpy(out).to(Xt.dtype) if kind == "torch" else out
+        return to_output(torch.from_numpy(out), kind)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
