@@ -11,8 +11,7 @@ import warnings
 import numpy as np
 import pytest
 
-from kernelflow.online import FOGD, KernelAWV, PKAWVNystrom, PKAWVTaylor, ProsNKONS
-from kernelflow.online import _updates
+from kernelflow.online import FOGD, KernelAWV, PKAWVNystrom, PKAWVTaylor, ProsNKONS, _updates
 
 LEARNERS = [
     lambda: KernelAWV(),

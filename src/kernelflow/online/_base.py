@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from numbers import Real
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +29,11 @@ from ..kernels import Gaussian, Kernel, make_kernel
 from ..utils._validation import check_X, check_X_y, to_output
 from . import _updates
 from ._updates import single_thread_blas
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..typing import ArrayLike, Output
 
 __all__ = ["OnlineRegressorBase", "kernel_block"]
 
@@ -122,7 +128,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
 
     # ---- scikit-learn API ---------------------------------------------------------------------
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Run one pass of the online protocol over (X, y) from a fresh state.
 
         Parameters
@@ -139,7 +145,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y):
+    def partial_fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Continue the online protocol with the rounds (X, y) (starts fresh if unfitted).
 
         Parameters
@@ -155,7 +161,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         self._run(Xn, yn)
         return self
 
-    def progressive_predict(self, X, y):
+    def progressive_predict(self, X: ArrayLike, y: ArrayLike) -> Output:
         """Run the rounds (X, y) and return the prediction made at each round before its label.
 
         ``ŷ_t`` depends on ``x_1..x_t`` and ``y_1..y_{t-1}`` only (strict protocol).
@@ -176,7 +182,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
         self._run(Xn, yn, preds)
         return to_output(torch.from_numpy(preds), kind)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predictions for X as the next round's input (no state change).
 
         For the AWV learners this is ``ŷ_KRR(x) / (1 + s²(x)/λ)``, the forecaster's answer if x
@@ -216,7 +222,7 @@ class OnlineRegressorBase(RegressorMixin, BaseEstimator):
             return yhat
         if _updates._BLAS_LIBS is None:
             single_thread_blas()  # builds the controller once
-        libs = _updates._BLAS_LIBS.lib_controllers if _updates._BLAS_LIBS else ()
+        libs: Any = _updates._BLAS_LIBS.lib_controllers if _updates._BLAS_LIBS else ()
         previous = [lib.get_num_threads() for lib in libs]
         for lib, k in zip(libs, previous):
             if k != 1:

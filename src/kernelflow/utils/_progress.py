@@ -66,7 +66,7 @@ class SilentProgress:
         return self._counted()
 
     def _counted(self) -> Iterator:
-        for item in self.iterable:
+        for item in self.iterable or ():
             self.n += 1
             yield item
 

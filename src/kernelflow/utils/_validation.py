@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import Any
 
 import numpy as np
 import torch
@@ -134,16 +135,16 @@ def output_kind(X: object) -> OutputKind:
     if isinstance(X, torch.Tensor):
         dtype = X.dtype if X.dtype in (torch.float32, torch.float64) else torch.float64
         return OutputKind("torch", dtype, X.device)
-    dtype = getattr(X, "dtype", None)
+    np_dtype: Any = getattr(X, "dtype", None)
     dtypes = getattr(X, "dtypes", None)  # pandas DataFrame: one dtype per column
     if dtypes is not None and not isinstance(dtypes, np.dtype):
         try:
-            dtype = np.float32 if len(dtypes) and all(
+            np_dtype = np.float32 if len(dtypes) and all(
                 np.dtype(t) == np.float32 for t in dtypes) else np.float64
         except TypeError:  # extension dtypes
-            dtype = np.float64
+            np_dtype = np.float64
     try:
-        f32 = dtype is not None and np.dtype(dtype) == np.float32
+        f32 = np_dtype is not None and np.dtype(np_dtype) == np.float32
     except TypeError:
         f32 = False
     return OutputKind("numpy", np.float32 if f32 else np.float64)
