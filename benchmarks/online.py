@@ -14,9 +14,13 @@ Sections (each prints a table):
    time (several sizes and step sizes);
 3. the paper's real-stream setting: diamonds (regression) and flights (classification), natural
    order and shuffled: average loss over time and rounds/s for every learner;
-4. the greedy adversary, d = 5, up to n = 80: regret curves.
+4. the greedy adversary, d = 5, up to n = 80: regret curves;
+5. the river path: per-row cost of ``learn_one`` (dict rows) and of river's
+   ``progressive_val_score`` against ``fit`` on the same rows (claim: ``learn_one`` within 3x),
+   with the largest difference between the two sets of predictions.
 
-Usage: ``python benchmarks/online.py [--quick] [--no-plots]``.
+Usage: ``python benchmarks/online.py [--quick] [--no-plots] [--sections 1234] [--learn-one]``
+(``--learn-one`` runs section 5 alone).
 """
 
 from __future__ import annotations
@@ -215,6 +219,50 @@ def section_adversary(quick, plots):
     return curves
 
 
+def section_learn_one(X, y):
+    import warnings
+
+    import pandas as pd
+
+    print(f"\n== 5. River path: per-row cost against fit, {len(y)} rows, d = {X.shape[1]} ==")
+    names = [f"x{j}" for j in range(X.shape[1])]
+    rows = [dict(zip(names, map(float, r))) for r in X]
+    makers = [("PKAWV-Taylor M=3", lambda: PKAWVTaylor(degree=3, awv=False)),
+              ("FOGD D=100", lambda: FOGD(100, n_rounds=len(y), random_state=0))]
+    try:
+        from river import evaluate, metrics
+    except ImportError:  # pragma: no cover - river is an optional dependency
+        evaluate = None
+    print(f"{'learner':20s} {'fit us/row':>11s} {'learn_one':>10s} {'ratio':>6s} "
+          f"{'river pvs':>10s} {'ratio':>6s} {'max |diff|':>11s} {'warnings':>8s}")
+    out = []
+    for label, make in makers:
+        fitted = make()
+        t0 = time.perf_counter()
+        fitted.fit(X, y)
+        t_fit = (time.perf_counter() - t0) / len(y)
+        learner = make()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            t0 = time.perf_counter()
+            for x, t in zip(rows, y):
+                learner.learn_one(x, float(t))
+            t_one = (time.perf_counter() - t0) / len(y)
+        named = pd.DataFrame(X[:200], columns=names)  # the learner saw named features
+        diff = float(np.max(np.abs(learner.predict(named) - fitted.predict(X[:200]))))
+        t_pvs = float("nan")
+        if evaluate is not None:
+            t0 = time.perf_counter()
+            evaluate.progressive_val_score(zip(rows, map(float, y)), make(), metrics.MSE())
+            t_pvs = (time.perf_counter() - t0) / len(y)
+        print(f"{label:20s} {1e6 * t_fit:11.1f} {1e6 * t_one:10.1f} {t_one / t_fit:6.2f} "
+              f"{1e6 * t_pvs:10.1f} {t_pvs / t_fit:6.2f} {diff:11.1e} {len(caught):8d}")
+        out.append((label, t_fit, t_one, t_pvs, diff, len(caught)))
+    print("river pvs = river.evaluate.progressive_val_score (predict_one + learn_one per row, "
+          "plus river's own metric and loop)")
+    return out
+
+
 def _plot_real(results):
     import matplotlib.pyplot as plt
 
@@ -244,8 +292,12 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small smoke run")
     parser.add_argument("--no-plots", action="store_true")
-    parser.add_argument("--sections", default="1234", help="which sections to run, e.g. 12")
+    parser.add_argument("--sections", default="12345", help="which sections to run, e.g. 12")
+    parser.add_argument("--learn-one", action="store_true",
+                        help="run only section 5 (river path against fit)")
     args = parser.parse_args(argv)
+    if args.learn_one:
+        args.sections = "5"
     plots = not args.no_plots
     os.makedirs(IMG, exist_ok=True)
     try:
@@ -263,6 +315,8 @@ def main(argv=None):
         section_real(args.quick, plots)
     if "4" in args.sections:
         section_adversary(args.quick, plots)
+    if "5" in args.sections:
+        section_learn_one(X, y)
 
 
 if __name__ == "__main__":

@@ -423,7 +423,7 @@ class KernelOperator:
         return self.kernel._block(self._P1, self._P2[idx])
 
     def block(self, rows, cols) -> torch.Tensor:
-        """Dense sub-matrix K[rows][:, cols]."""
+        """Dense sub-matrix ``K[rows][:, cols]``."""
         r = torch.as_tensor(rows, device=self.device).reshape(-1)
         c = torch.as_tensor(cols, device=self.device).reshape(-1)
         return self.kernel._block(self._P1[r], self._P2[c])

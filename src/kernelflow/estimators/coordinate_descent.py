@@ -6,6 +6,7 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 
 from ..solvers.paths import coordinate_descent_path
+from ..typing import ArrayLike, Output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from .gradient_descent import PATH_CONSTRAINTS, _fit_path_estimator
 
@@ -121,7 +122,7 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
         return {}
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Fit the model.
 
         Parameters
@@ -145,7 +146,7 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
         self.support_ = torch.nonzero(nz).reshape(-1).cpu().numpy()
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.
 
         Parameters

@@ -15,6 +15,7 @@ from sklearn.utils.validation import column_or_1d
 from ..distributed.auto import data_parallel, fit_scope
 from ..distributed.fit import _labels_union
 from ..solvers.losses import SoftmaxLoss, get_loss
+from ..typing import ArrayLike, Output
 from ..utils._validation import check_X_y, to_output
 from .doubly_stochastic import (
     DATA_PARALLEL_CONSTRAINTS,
@@ -166,7 +167,7 @@ random_state, warm_start, verbose, dtype, distributed :
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Fit by ``max_iter`` epochs of shuffled mini-batches (restarts unless ``warm_start``).
 
         Parameters
@@ -222,7 +223,7 @@ random_state, warm_start, verbose, dtype, distributed :
                 return self._fit_data_parallel(X, y_np, sw, partial=True)
             return self._partial_fit(X, y_np, sw)
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Output:
         """Scores ``f(x)``: shape (n_samples,) for two classes, else (n_samples, n_classes).
 
         Parameters
@@ -236,7 +237,7 @@ random_state, warm_start, verbose, dtype, distributed :
         F, kind = self._decision(X)
         return to_output(F[:, 0] if F.shape[1] == 1 else F, kind)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Class labels (sign of the score, or its arg-max).
 
         Parameters
@@ -255,7 +256,7 @@ random_state, warm_start, verbose, dtype, distributed :
         return self.loss == "log_loss"
 
     @available_if(_has_proba)
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Output:
         """Class probabilities of the logistic / softmax model.
 
         Parameters

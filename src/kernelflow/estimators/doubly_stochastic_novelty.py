@@ -10,6 +10,7 @@ from sklearn.base import BaseEstimator, OutlierMixin, _fit_context
 from sklearn.utils._param_validation import Interval
 
 from ..solvers.losses import NoveltyLoss
+from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
 from .doubly_stochastic import DOUBLY_STOCHASTIC_CONSTRAINTS, DoublyStochasticMixin
 
@@ -153,7 +154,7 @@ n_iter_no_change, shuffle, random_state, warm_start, verbose, dtype :
         X, y, sw = self._check(X, sample_weight, reset=not hasattr(self, "coef_"))
         return self._partial_fit(X, y, sw)
 
-    def score_samples(self, X):
+    def score_samples(self, X: ArrayLike) -> Output:
         """``f(x)``: larger means more typical.
 
         Parameters
@@ -167,7 +168,7 @@ n_iter_no_change, shuffle, random_state, warm_start, verbose, dtype :
         F, kind = self._decision(X)
         return to_output(F[:, 0], kind)
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Output:
         """``f(x) - τ``: negative for novelties.
 
         Parameters
@@ -181,7 +182,7 @@ n_iter_no_change, shuffle, random_state, warm_start, verbose, dtype :
         F, kind = self._decision(X)
         return to_output(F[:, 0] - self.offset_, kind)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """+1 for inliers (``f(x) ≥ τ``), -1 for novelties.
 
         Parameters

@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..distributed.auto import data_parallel, fit_scope
 from ..solvers.losses import get_loss
+from ..typing import ArrayLike, Output
 from ..utils._validation import check_X_y, to_output
 from .doubly_stochastic import (
     DATA_PARALLEL_CONSTRAINTS,
@@ -212,7 +213,7 @@ default="squared_error"
         return tags
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Fit by ``max_iter`` epochs of shuffled mini-batches (restarts unless ``warm_start``).
 
         Parameters
@@ -257,7 +258,7 @@ default="squared_error"
                 return self._fit_data_parallel(X, y, sw, partial=True)
             return self._partial_fit(X, y, sw)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict ``f(x) = Σ_j α_jᵀ Φ_j(x) + b`` (Algorithm 2), block by block.
 
         Parameters

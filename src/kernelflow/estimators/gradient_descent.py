@@ -9,6 +9,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..solvers.early_stopping import fit_path
 from ..solvers.paths import gradient_descent_path
+from ..typing import ArrayLike, Output
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -158,7 +159,7 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
     _path_function = staticmethod(gradient_descent_path)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Fit the model.
 
         Parameters
@@ -177,7 +178,7 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
         """
         return _fit_path_estimator(self, X, y, sample_weight)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.
 
         Parameters

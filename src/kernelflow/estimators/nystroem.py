@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import KernelOperator
+from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, to_output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -112,7 +113,7 @@ class Nystroem(ClassNamePrefixFeaturesOutMixin, KernelEstimatorMixin, Transforme
         self.options = options
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: ArrayLike | None = None):
         """Select the landmarks and compute the normalisation.
 
         Parameters
@@ -150,7 +151,7 @@ class Nystroem(ClassNamePrefixFeaturesOutMixin, KernelEstimatorMixin, Transforme
         self._n_features_out = int(self.normalization_.shape[1])
         return self
 
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Output:
         """Map ``X`` to ``k(X, C) K_CC^{-1/2}``.
 
         Parameters

@@ -22,6 +22,7 @@ from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import Options, memory_budget
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
 from ..sources import ArraySource, DataSource, as_source
+from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -183,7 +184,7 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         dtype = _compute_dtype(self, x_dtype)
         return source, rng, kernel, C, dtype, (prev if warm else None)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = K(x, centers_) dual_coef_ + intercept_.
 
         Parameters

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 
 from ..solvers.paths import sign_gradient_path
+from ..typing import ArrayLike, Output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from .gradient_descent import PATH_CONSTRAINTS, _fit_path_estimator
 
@@ -120,7 +121,7 @@ class KernelSignGradient(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         return {}
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
         """Fit the model.
 
         Parameters
@@ -139,7 +140,7 @@ class KernelSignGradient(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         """
         return _fit_path_estimator(self, X, y, sample_weight)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.
 
         Parameters

@@ -43,6 +43,7 @@ def check_k(k, n: int) -> int:
     """Validate the number of landmarks: an integer with 1 <= k <= n."""
     if not isinstance(k, Integral | np.integer) or isinstance(k, bool):
         raise TypeError(f"k must be an integer, got {type(k).__name__}.")
+    k = int(k)
     if k <= 0:
         raise ValueError(f"k must be positive, got {k}.")
     if k > n:

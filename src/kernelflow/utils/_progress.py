@@ -3,7 +3,7 @@
 ``progress`` wraps an iterable (or a manual counter) in a tqdm bar when a user can see it
 and in a silent object otherwise, so solvers call the same code in both cases:
 
->>> from kernelflow.utils._progress import progress
+>>> from kernelflow.utils.progress import progress
 >>> total = 0
 >>> with progress(range(3), desc="demo", verbose=0) as bar:
 ...     for i in bar:
@@ -66,7 +66,7 @@ class SilentProgress:
         return self._counted()
 
     def _counted(self) -> Iterator:
-        for item in self.iterable:
+        for item in self.iterable or ():
             self.n += 1
             yield item
 

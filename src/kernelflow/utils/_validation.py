@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from numbers import Real
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,7 +17,8 @@ from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from ._finite import check_magnitude
 
-__all__ = ["check_X_y", "check_X", "to_output", "check_positive", "as_tensor"]
+__all__ = ["check_X_y", "check_X", "to_output", "output_kind", "OutputKind", "check_positive",
+           "as_tensor"]
 
 
 def _torch_checks(name: str, T: torch.Tensor, *, ndim: tuple[int, ...]) -> torch.Tensor:
@@ -75,7 +77,7 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
         dtype = Xt.dtype if Xt.dtype in (torch.float32, torch.float64) else torch.float64
         Xt, yt = Xt.to(dtype), yt.to(dtype)
         _set_n_features(estimator, Xt.shape[1], reset)
-        kind = "torch"
+        kind = output_kind(X)
     else:
         Xn, yn = validate_data(
             estimator, X, y, reset=reset, multi_output=multi_output, y_numeric=y_numeric,
@@ -83,7 +85,7 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
         )
         Xt = torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True))
         yt = torch.from_numpy(np.array(yn, dtype=np.float64, order="C", copy=True))
-        kind = "numpy"
+        kind = output_kind(X)
     sw = None
     if sample_weight is not None:
         sw_np = sample_weight.detach().cpu().numpy() if isinstance(
@@ -104,10 +106,11 @@ def check_X(estimator, X, *, reset=False):
             Xt = Xt.to(torch.float64)
         _set_n_features(estimator, Xt.shape[1], reset)
         check_magnitude("X", Xt)
-        return Xt, "torch"
+        return Xt, output_kind(X)
     Xn = validate_data(estimator, X, reset=reset, dtype=np.float64)
     check_magnitude("X", Xn)
-    return torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True)), "numpy"
+    Xt = torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True))
+    return Xt, output_kind(X)
 
 
 def as_tensor(A, *, dtype=None, device=None) -> torch.Tensor:
@@ -117,11 +120,64 @@ def as_tensor(A, *, dtype=None, device=None) -> torch.Tensor:
     return torch.as_tensor(np.asarray(A), dtype=dtype, device=device)
 
 
+class OutputKind(str):
+    """The kind of an input (``"numpy"`` or ``"torch"``) with the dtype and device results take.
+
+    A ``str`` so that ``kind == "torch"`` keeps working; built by :func:`output_kind`.
+    """
+
+    dtype: object
+    device: object
+
+    def __new__(cls, kind: str, dtype: object = None, device: object = None) -> OutputKind:
+        obj = super().__new__(cls, kind)
+        obj.dtype = dtype
+        obj.device = device
+        return obj
+
+
+def output_kind(X: object) -> OutputKind:
+    """The output rule for input ``X`` (see :func:`to_output`)."""
+    if isinstance(X, torch.Tensor):
+        dtype = X.dtype if X.dtype in (torch.float32, torch.float64) else torch.float64
+        return OutputKind("torch", dtype, X.device)
+    np_dtype: Any = getattr(X, "dtype", None)
+    dtypes = getattr(X, "dtypes", None)  # pandas DataFrame: one dtype per column
+    if dtypes is not None and not isinstance(dtypes, np.dtype):
+        try:
+            np_dtype = np.float32 if len(dtypes) and all(
+                np.dtype(t) == np.float32 for t in dtypes) else np.float64
+        except TypeError:  # extension dtypes
+            np_dtype = np.float64
+    try:
+        f32 = np_dtype is not None and np.dtype(np_dtype) == np.float32
+    except TypeError:
+        f32 = False
+    return OutputKind("numpy", np.float32 if f32 else np.float64)
+
+
 def to_output(T: torch.Tensor, kind: str):
-    """Tensor -> the caller's kind: NumPy array for ``"numpy"``, the tensor for ``"torch"``."""
+    """Tensor -> the caller's kind, following the one output rule of the package.
+
+    * torch tensor in -> torch tensor out, on the input's device, in its dtype (float32 or
+      float64; integer tensors give float64);
+    * NumPy array, pandas object or list in -> NumPy array out (as scikit-learn does), float32
+      when the input is float32 (a float32 array or a DataFrame whose columns are all float32),
+      else float64.
+
+    ``kind`` is ``"numpy"``/``"torch"`` or the :class:`OutputKind` of the input, which carries
+    the dtype and device; a plain string keeps the tensor's dtype.
+    """
+    dtype = getattr(kind, "dtype", None)
     if kind == "torch":
-        return T
-    return T.detach().cpu().numpy()
+        device = getattr(kind, "device", None)
+        if dtype is not None and T.is_floating_point():
+            T = T.to(dtype=dtype)
+        return T.to(device) if device is not None else T
+    out = T.detach().cpu().numpy()
+    if dtype is not None and out.dtype.kind == "f":
+        out = out.astype(dtype, copy=False)
+    return out
 
 
 def check_positive(name: str, value, *, allow_zero: bool = False) -> float:
