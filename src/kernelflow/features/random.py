@@ -29,7 +29,9 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass, field
+from numbers import Real
 
+import numpy as np
 import torch
 
 from kernelflow.kernels import Cauchy, Gaussian, Kernel, Laplace, Linear, Matern, Polynomial
@@ -313,7 +315,16 @@ def sample_block(kernel, n_input: int, n_features: int, seed: int, block_index: 
             )
         m = n_features // 2
         Z = torch.randn(d, m, generator=gen, dtype=f64)
-        s = float(kernel.sigma)
+        s = kernel.sigma
+        if isinstance(s, Real):
+            s = float(s)
+        else:  # per-feature bandwidths: frequency j of k((x - x') / sigma) is w_j / sigma_j
+            s = torch.as_tensor(np.asarray(s, dtype=np.float64), dtype=f64)
+            if s.shape[0] != d:
+                raise ValueError(
+                    f"sigma has {s.shape[0]} per-feature bandwidths but X has {d} features."
+                )
+            s = s.reshape(d, 1)
         if isinstance(kernel, Gaussian):
             W = Z / s
         elif isinstance(kernel, Laplace):
