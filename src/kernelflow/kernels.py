@@ -810,6 +810,14 @@ def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=
         not _is_number(gamma) or not math.isfinite(gamma) or gamma <= 0
     ):
         raise ValueError(f"gamma must be a positive finite number, got {gamma!r}.")
+    if isinstance(sigma, str):
+        if sigma != "ard" or not issubclass(cls, _DistanceKernel):
+            raise ValueError(f"sigma='ard' (per-feature bandwidths) needs a distance kernel; got "
+                             f"sigma={sigma!r} with kernel={kernel!r}.")
+        if n_features is None:
+            raise ValueError("sigma='ard' needs the training inputs X.")
+        # equal per-feature bandwidths at the median heuristic: the scalar kernel, ready to learn
+        sigma = np.full(n_features, median_heuristic(X))
     if sigma is not None:
         sigma = check_bandwidth(sigma, n_features)
         if not _is_number(sigma) and not issubclass(cls, _DistanceKernel):
