@@ -131,7 +131,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.kernel_ = self._build_kernel(X, sw)
         yc, self.intercept_ = self._center_targets(y, sw)
         if self.learn_hyperparameters is not None:  # sets sigma_, alpha_, hyperparameters_
-            self.kernel_, alpha = learn_for_estimator(self, X, yc, sw, alpha)
+            self.kernel_, alpha = learn_for_estimator(self, X, yc, sw, alpha, self.kernel_)
             alpha = np.asarray(alpha)
         self.X_fit_ = X
         op = self._operator(X)

@@ -20,10 +20,12 @@ from ..distributed.auto import DISTRIBUTED_CONSTRAINT, data_parallel, fit_scope,
 from ..distributed.sharding import ShardSource, check_consistent
 from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import Options, memory_budget
+from ..solvers.hyperparameters import NYSTROM_CRITERIA
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
 from ..sources import ArraySource, DataSource, as_source
 from ..utils._validation import check_X, check_X_y, to_output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._hyperparameters import learn_for_nystrom
 
 __all__ = ["NystromKernelRidge"]
 
@@ -256,6 +258,11 @@ class NystromKernelRidge(_NystromBase):
         all-reduced and all processes end with the model of a single-process fit on the
         concatenated rows (see ``docs/distributed.md``). False or "off": each process fits its
         rows alone. A :class:`~kernelflow.distributed.ShardSource` is always data-parallel.
+    learn_hyperparameters : {"validation", "nystrom_marginal_likelihood"} or None, default=None
+        Learn the bandwidth(s) and ``alpha`` with the centres fixed, by L-BFGS on a held-out
+        validation error or on the Nyström (Titsias) marginal likelihood (at most 20000 rows;
+        :func:`kernelflow.hyperparameters.learn_hyperparameters`); sets ``sigma_``, ``alpha_``
+        and ``hyperparameters_``. Needs in-memory arrays.
 
     Attributes
     ----------
@@ -301,13 +308,14 @@ class NystromKernelRidge(_NystromBase):
         **NYSTROM_CONSTRAINTS,
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="neither"), None],
+        "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
     }
 
     def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100,
                  tol=None, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
-                 options=None, distributed="auto"):
+                 options=None, distributed="auto", learn_hyperparameters=None):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -329,6 +337,7 @@ class NystromKernelRidge(_NystromBase):
         self.verbose = verbose
         self.options = options
         self.distributed = distributed
+        self.learn_hyperparameters = learn_hyperparameters
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -360,9 +369,12 @@ class NystromKernelRidge(_NystromBase):
         coef0 = None
         if prev is not None and prev[2].reshape(prev[2].shape[0], -1).shape[1] == t:
             coef0 = prev[2].reshape(-1, t).to(torch.float64)
+        alpha = float(self.alpha)
+        if self.learn_hyperparameters is not None:  # sets sigma_, alpha_, hyperparameters_
+            kernel, alpha = learn_for_nystrom(self, source, intercept, kernel, C)
         train, val = _split(self, source, rng)
         sol = nystrom_krr(
-            train, kernel, C, float(self.alpha), y_offset=intercept, coef0=coef0,
+            train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
             max_iter=self.max_iter, tol=self.tol, validation=val,
             n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
             block_size=self.block_size, verbose=self.verbose,
