@@ -207,7 +207,7 @@ def _freeze(value):
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
-        return ("array", tuple(value.ravel().tolist()), value.shape)
+        return _freeze(value.tolist())  # a vector equals the list of its values
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     return value
