@@ -274,6 +274,11 @@ def _scale(X, sigma):
     return X / s
 
 
+def _tracked(T) -> bool:
+    # blocks on the autograd tape (learned parameters) must not be modified in place
+    return torch.is_grad_enabled() and T.requires_grad
+
+
 def _common_shift(X1, X2):
     # Stationary kernels are shift invariant; centring both sides on one point reduces the
     # cancellation in ||x||^2 + ||z||^2 - 2<x, z> (important in float32).
@@ -362,7 +367,10 @@ class Laplace(_DistanceKernel):
     """
 
     def _block(self, P1, P2):
-        return self._dist_block(P1, P2).sqrt_().neg_().exp_()
+        D2 = self._dist_block(P1, P2)
+        if _tracked(D2):  # learned bandwidths: no in-place ops
+            return torch.exp(-D2.sqrt())
+        return D2.sqrt_().neg_().exp_()
 
 
 class Matern(_DistanceKernel):
@@ -390,6 +398,12 @@ class Matern(_DistanceKernel):
 
     def _block(self, P1, P2):
         D2 = self._dist_block(P1, P2)
+        if _tracked(D2):  # learned bandwidths: no in-place ops
+            Dc = D2.sqrt() * (1.0 if self.nu == 0.5 else math.sqrt(3.0 if self.nu == 1.5 else 5.0))
+            poly = 1.0 if self.nu == 0.5 else 1.0 + Dc
+            if self.nu == 2.5:
+                poly = poly + (5.0 / 3.0) * D2
+            return poly * torch.exp(-Dc)
         D = D2.sqrt()
         if self.nu == 0.5:
             return D.neg_().exp_()
@@ -537,7 +551,8 @@ class Sum(_Composite):
     def _block(self, P1, P2):
         A1, A2 = _split(P1, [self.k1, self.k2])
         B1, B2 = _split(P2, [self.k1, self.k2])
-        return self.k1._block(A1, B1).add_(self.k2._block(A2, B2))
+        K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
+        return K1 + K2 if _tracked(K1) or _tracked(K2) else K1.add_(K2)
 
     def diag(self, X):
         return self.k1.diag(X) + self.k2.diag(X)
@@ -565,7 +580,8 @@ class Product(_Composite):
     def _block(self, P1, P2):
         A1, A2 = _split(P1, [self.k1, self.k2])
         B1, B2 = _split(P2, [self.k1, self.k2])
-        return self.k1._block(A1, B1).mul_(self.k2._block(A2, B2))
+        K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
+        return K1 * K2 if _tracked(K1) or _tracked(K2) else K1.mul_(K2)
 
     def diag(self, X):
         return self.k1.diag(X) * self.k2.diag(X)
@@ -603,7 +619,7 @@ class Scaled(_Composite):
         K = self.kernel._block(P1, P2)
         if isinstance(self.scale, torch.Tensor):
             return K * self.scale.to(K.dtype)
-        return K.mul_(float(self.scale))
+        return K * float(self.scale) if _tracked(K) else K.mul_(float(self.scale))
 
     def diag(self, X):
         d = self.kernel.diag(X)
@@ -676,7 +692,8 @@ class Additive(_Composite):
         K = None
         for k, A, B in zip(self._kernels(), torch.split(P1, widths, 1), torch.split(P2, widths, 1),
                            strict=True):
-            K = k._block(A, B) if K is None else K.add_(k._block(A, B))
+            Kg = k._block(A, B)
+            K = Kg if K is None else (K + Kg if _tracked(K) or _tracked(Kg) else K.add_(Kg))
         return K
 
     def diag(self, X):
