@@ -160,6 +160,23 @@ def test_composite_model_file_round_trip(kernel, data, tmp_path):
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
 
 
-def test_random_features_of_composites_are_refused():
+@pytest.mark.parametrize(
+    "kernel",
+    [
+        Gaussian(1.0) + 2.0 * Laplace([1.0, 2.0, 3.0]),
+        Gaussian(0.7) * Cauchy(2.0),
+        Additive([([0], Gaussian(1.0)), ([1, 2], Matern(1.0, nu=2.5))]),
+        3.0 * Gaussian(1.0),
+    ],
+    ids=["sum", "product", "additive", "scaled"],
+)
+def test_random_features_of_shift_invariant_composites(kernel):
+    X = torch.randn(6, 3, dtype=F64, generator=torch.Generator().manual_seed(2)) * 0.5
+    Phi = random_features(kernel, X, seed=0, block_index=0, n_features=100000)
+    scale = float(kernel.diag(X[:1])[0])
+    torch.testing.assert_close(Phi @ Phi.T, kernel(X), rtol=0, atol=0.03 * scale)
+
+
+def test_random_features_of_non_shift_invariant_composites_are_refused():
     with pytest.raises(ValueError, match="No real random-feature map"):
         random_features(Gaussian(1.0) + Linear(), torch.zeros(2, 2, dtype=F64), 0, 0, 8)
