@@ -1,5 +1,7 @@
 """Per-feature bandwidths (ARD) for the distance kernels, everywhere a scalar is accepted."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -7,14 +9,17 @@ import torch
 from kernelflow.estimators import (
     KernelGradientDescent,
     KernelGradientDescentCV,
+    KernelGradientFlow,
     KernelRidge,
     KernelRidgeCV,
+    KernelSignGradient,
     NystromKernelRidge,
 )
 from kernelflow.features.random import random_features
 from kernelflow.features.taylor import taylor_features, taylor_kernel
 from kernelflow.io import load_model, save_model
 from kernelflow.kernels import Cauchy, Gaussian, Laplace, Matern, make_kernel, median_heuristic
+from kernelflow.landmarks import SELECTORS
 from kernelflow.operators import KernelOperator
 
 F64 = torch.float64
@@ -62,6 +67,34 @@ def test_estimators_with_equal_bandwidths_reproduce_the_scalar_bit_for_bit(estim
     b = estimator.set_params(sigma=[1.3, 1.3, 1.3]).fit(X, y).predict(X)
     c = estimator.set_params(sigma=np.full(3, 1.3)).fit(X, y).predict(X)
     assert np.array_equal(a, b) and np.array_equal(a, c)
+
+
+@pytest.mark.parametrize(
+    "landmarks",
+    [pytest.param(k, marks=pytest.mark.slow) if k == "continuous" else k
+     for k in sorted(SELECTORS)],
+)
+def test_every_landmark_selector_takes_ard_bandwidths(landmarks, data):
+    X, y = data
+    est = NystromKernelRidge(n_components=15, landmarks=landmarks, random_state=0, max_iter=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = est.set_params(sigma=1.3).fit(X, y).predict(X)
+        b = est.set_params(sigma=[1.3, 1.3, 1.3]).fit(X, y).predict(X)
+        c = est.set_params(sigma=[1.3, 9.0, 9.0]).fit(X, y).predict(X)
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize(
+    "estimator",
+    [KernelSignGradient(max_iter=30, early_stopping=False), KernelGradientFlow(t=10.0)],
+    ids=["sign-gradient", "gradient-flow"],
+)
+def test_more_path_estimators_reproduce_the_scalar_bit_for_bit(estimator, data):
+    X, y = data
+    a = estimator.set_params(sigma=0.9).fit(X, y).predict(X)
+    b = estimator.set_params(sigma=[0.9, 0.9, 0.9]).fit(X, y).predict(X)
+    assert np.array_equal(a, b)
 
 
 def test_per_feature_bandwidths_change_the_fit(data):
