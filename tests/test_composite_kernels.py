@@ -180,3 +180,14 @@ def test_random_features_of_shift_invariant_composites(kernel):
 def test_random_features_of_non_shift_invariant_composites_are_refused():
     with pytest.raises(ValueError, match="No real random-feature map"):
         random_features(Gaussian(1.0) + Linear(), torch.zeros(2, 2, dtype=F64), 0, 0, 8)
+
+
+def test_estimator_level_nested_parameters(data):
+    X, y = data
+    model = KernelRidge(kernel=Gaussian(1.0) + 2.0 * Linear())
+    params = model.get_params()
+    assert params["kernel__k1__sigma"] == 1.0 and params["kernel__k2__scale"] == 2.0
+    model.set_params(kernel__k1__sigma=0.5)
+    assert model.kernel.k1.sigma == 0.5
+    direct = KernelRidge(kernel=Gaussian(0.5) + 2.0 * Linear()).fit(X, y)
+    np.testing.assert_array_equal(model.fit(X, y).predict(X), direct.predict(X))
