@@ -202,3 +202,14 @@ def test_kernels_with_vectors_compare_and_hash():
     assert Gaussian([1.0, 2.0]) != Gaussian([1.0, 3.0])
     assert hash(Gaussian([1.0, 2.0])) == hash(Gaussian(np.array([1.0, 2.0])))
     assert "sigma=[1.0, 2.0]" in repr(Gaussian([1.0, 2.0]))
+
+
+def test_online_learners_take_ard_bandwidths(data):
+    from kernelflow.online import KernelAWV
+
+    X, y = data
+    a = KernelAWV(sigma=1.2).fit(X, y).predict(X)
+    b = KernelAWV(sigma=[1.2, 1.2, 1.2]).fit(X, y).predict(X)
+    c = KernelAWV(sigma=[1.2, 8.0, 8.0]).fit(X, y).predict(X)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(a, c)

@@ -206,3 +206,14 @@ def test_fixed_alpha_is_kept_and_bounds_hold():
     assert np.all(res.kernel.sigma >= 0.5 * ref * (1 - 1e-9))
     assert np.all(res.kernel.sigma <= 2.0 * ref * (1 + 1e-9))
     assert len(res.values) == 2 and res.value == min(res.values)
+
+
+def test_learned_model_file_round_trip(tmp_path):
+    from kernelflow.io import load_model, save_model
+
+    X, y, Xt, _ = _irrelevant(n=50, n_noise=1)
+    model = KernelRidge(sigma="ard", learn_hyperparameters="gcv").fit(X, y)
+    loaded = load_model(save_model(model, tmp_path / "learned.npz"))
+    np.testing.assert_array_equal(loaded.predict(Xt), model.predict(Xt))
+    np.testing.assert_array_equal(loaded.sigma_, model.sigma_)
+    assert loaded.alpha_ == model.alpha_
