@@ -213,3 +213,15 @@ def test_online_learners_take_ard_bandwidths(data):
     c = KernelAWV(sigma=[1.2, 8.0, 8.0]).fit(X, y).predict(X)
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     assert not np.allclose(a, c)
+
+
+def test_doubly_stochastic_regressor_takes_ard_bandwidths(data):
+    from kernelflow.estimators import DoublyStochasticRegressor
+
+    X, y = data
+    est = DoublyStochasticRegressor(random_state=0, max_iter=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = est.set_params(sigma=1.2).fit(X, y).predict(X)
+        b = est.set_params(sigma=[1.2, 1.2, 1.2]).fit(X, y).predict(X)
+    assert np.array_equal(a, b)

@@ -191,3 +191,15 @@ def test_estimator_level_nested_parameters(data):
     assert model.kernel.k1.sigma == 0.5
     direct = KernelRidge(kernel=Gaussian(0.5) + 2.0 * Linear()).fit(X, y)
     np.testing.assert_array_equal(model.fit(X, y).predict(X), direct.predict(X))
+
+
+def test_doubly_stochastic_regressor_takes_shift_invariant_composites(data):
+    from kernelflow.estimators import DoublyStochasticRegressor
+    from kernelflow.features.random import supports_random_features
+
+    X, y = data
+    kernel = Gaussian(1.0) + Laplace(2.0)
+    assert supports_random_features(kernel)
+    assert not supports_random_features(Gaussian(1.0) * Linear())
+    model = DoublyStochasticRegressor(kernel=kernel, random_state=0, max_iter=5).fit(X, y)
+    assert model.score(X, y) > 0.5

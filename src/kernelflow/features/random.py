@@ -263,7 +263,7 @@ def supports_random_features(kernel) -> bool:
     >>> supports_random_features(Gaussian(1.0)), supports_random_features("rbf")
     (True, False)
     """
-    return isinstance(kernel, _SUPPORTED)
+    return isinstance(kernel, _SUPPORTED) or _has_spectral_measure(kernel)
 
 
 _SUPPORTED = (Gaussian, Laplace, Matern, Cauchy, Linear, Polynomial, ArcCosine)
