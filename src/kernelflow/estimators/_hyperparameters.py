@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..distributed._comm import is_distributed
 from ..solvers.hyperparameters import learn_hyperparameters
 
 __all__ = ["learn_for_estimator", "learn_for_nystrom"]
@@ -44,6 +45,9 @@ def _seed(estimator):
 def learn_for_nystrom(estimator, source, intercept, kernel, centers):
     """:func:`learn_for_estimator` for the Nyström estimators, on (a subsample of) the rows of an
     in-memory data source, with the selected centres fixed."""
+    if is_distributed():
+        raise ValueError("learn_hyperparameters is not supported in data-parallel fits; learn "
+                         "on one process and pass the learned sigma_ and alpha_.")
     X, y = getattr(source, "X", None), getattr(source, "y", None)
     if not isinstance(X, torch.Tensor) or not isinstance(y, torch.Tensor):
         raise ValueError("learn_hyperparameters needs the training data in memory (arrays).")

@@ -224,7 +224,8 @@ class NystromKernelRidge(_NystromBase):
         Ridge penalty (scikit-learn's scale), > 0.
     kernel : str or Kernel, default="rbf"
     sigma, gamma : float, default=None
-        Bandwidth (median heuristic on the centre candidates when both are None).
+        Bandwidth (median heuristic on the centre candidates when both are None); ``sigma``
+        may also be one bandwidth per feature, or "ard" (the median heuristic per feature).
     degree : int, default=3
     coef0 : float, default=1.0
     fit_intercept : bool, default=True
