@@ -178,10 +178,12 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             pool_ = _candidate_pool(source, pool, sw, int(self.n_components), rng)
             kernel = self._build_kernel(pool_) if pool is None else self._build_kernel(pool, sw)
             C = _select_centers(self, pool_, kernel, rng)
-            if is_distributed() and isinstance(getattr(kernel, "sigma", None), float | int):
-                # a median-heuristic bandwidth depends on each process's shard: use rank 0's
-                kernel.sigma = float(broadcast(torch.tensor([float(kernel.sigma)],
-                                                             dtype=torch.float64))[0])
+            sigma = getattr(kernel, "sigma", None)
+            if is_distributed() and isinstance(sigma, float | int | np.ndarray):
+                # a median-heuristic bandwidth (or sigma="ard") depends on each process's shard:
+                # use rank 0's
+                s = broadcast(torch.as_tensor(np.atleast_1d(sigma), dtype=torch.float64).clone())
+                kernel.sigma = float(s[0]) if np.ndim(sigma) == 0 else s.numpy()
         dtype = _compute_dtype(self, x_dtype)
         return source, rng, kernel, C, dtype, (prev if warm else None)
 
