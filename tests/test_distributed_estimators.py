@@ -43,6 +43,8 @@ def _fits():
         # median-heuristic bandwidth (sigma=None) from the global rows
         ("nystrom_krr", NystromKernelRidge(20, alpha=1e-2, random_state=0, max_iter=200),
          "plain", N_NYS, CUT_NYS),
+        ("nystrom_krr_ard", NystromKernelRidge(20, alpha=1e-2, sigma="ard", random_state=0,
+                                               max_iter=200), "plain", N_NYS, CUT_NYS),
         ("nystrom_krr_weighted_2d", NystromKernelRidge(30, alpha=1e-2, sigma=1.0,
                                                        random_state=0, max_iter=200),
          "weighted_2d", N_NYS, CUT_NYS),
@@ -93,7 +95,7 @@ def _summary(model, X):
     out = {"coef": np.asarray(coef, dtype=np.float64),
            "pred": np.asarray(pred, dtype=np.float64)}
     if hasattr(model, "kernel_"):
-        out["sigma"] = float(getattr(model.kernel_, "sigma", np.nan))
+        out["sigma"] = np.asarray(getattr(model.kernel_, "sigma", np.nan), dtype=np.float64)
     if hasattr(model, "classes_"):
         out["classes"] = np.asarray(model.classes_)
     if hasattr(model, "centers_"):

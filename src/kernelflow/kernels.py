@@ -5,7 +5,10 @@ diagonal; :mod:`kernelflow.operators` decides *how* (tiling, memory, devices).
 
 Bandwidth convention
 --------------------
-Every distance kernel has one bandwidth ``sigma`` > 0, in the units of the inputs:
+Every distance kernel has a bandwidth ``sigma`` > 0, in the units of the inputs: a number, or a
+vector of one bandwidth per feature (automatic relevance determination, ARD), in which case d is
+the distance between x / sigma and x' / sigma (elementwise) and the formulas below hold with
+sigma = 1:
 
 =================  ===========================================  ======================
 kernel             k(x, x')  with d = ||x - x'||_2              scikit-learn ``gamma``
@@ -22,6 +25,13 @@ kernel             k(x, x')  with d = ||x - x'||_2              scikit-learn ``g
 
 scikit-learn's ``"laplacian"`` kernel uses the l1 distance, so it does *not* map onto ``Laplace``
 (which uses the Euclidean distance, as in the kernel-regression literature) and is refused.
+
+Composite kernels
+-----------------
+Kernels combine with ``+`` (:class:`Sum`), ``*`` (:class:`Product`, or :class:`Scaled` with a
+positive number) and :meth:`Kernel.on` / :class:`Additive` (kernels on groups of columns). Their
+parameters follow scikit-learn's nested names: ``(Gaussian(1.0) + Linear()).get_params()``
+holds ``k1__sigma``.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import inspect
 import math
 from numbers import Real
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -40,7 +51,13 @@ __all__ = [
     "Cauchy",
     "Linear",
     "Polynomial",
+    "Sum",
+    "Product",
+    "Scaled",
+    "Additive",
     "make_kernel",
+    "check_bandwidth",
+    "check_n_features",
     "median_heuristic",
     "sq_distances",
     "KERNEL_NAMES",
@@ -83,25 +100,66 @@ class Kernel:
         return sorted(p for p in sig.parameters if p != "self")
 
     def get_params(self, deep=True):
-        return {name: getattr(self, name) for name in self._get_param_names()}
+        out = {name: getattr(self, name) for name in self._get_param_names()}
+        if deep:
+            for name, child in self._children():
+                out.update({f"{name}__{k}": v for k, v in child.get_params(deep=True).items()})
+        return out
 
     def set_params(self, **params):
         valid = self._get_param_names()
+        children = dict(self._children())
         for key, value in params.items():
-            if key not in valid:
+            head, _, rest = key.partition("__")
+            if rest and head in children:
+                children[head].set_params(**{rest: value})
+            elif key in valid:
+                setattr(self, key, value)
+            else:
                 raise ValueError(f"Invalid parameter {key!r} for kernel {type(self).__name__}.")
-            setattr(self, key, value)
         return self
 
+    def _children(self):
+        """(name, kernel) pairs of the kernels this one is built from (nested parameters)."""
+        return []
+
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other):
-        return type(self) is type(other) and self.get_params() == other.get_params()
+        return type(self) is type(other) and _freeze(self) == _freeze(other)
 
     def __hash__(self):
-        return hash((type(self).__name__, tuple(sorted(self.get_params().items()))))
+        return hash(_freeze(self))
+
+    # ---- composition ----------------------------------------------------------------------
+    def __add__(self, other):
+        if not isinstance(other, Kernel):
+            return NotImplemented
+        return Sum(self, other)
+
+    def __mul__(self, other):
+        if isinstance(other, Kernel):
+            return Product(self, other)
+        if isinstance(other, Real) and not isinstance(other, bool):
+            return Scaled(self, float(other))
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def on(self, columns):
+        """This kernel applied to the given feature columns only: ``Additive([(columns, self)])``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> k = Gaussian(1.0).on([0])
+        >>> X = torch.tensor([[0.0, 5.0], [1.0, -5.0]], dtype=torch.float64)
+        >>> bool(torch.equal(k(X), Gaussian(1.0)(X[:, :1])))
+        True
+        """
+        return Additive([(columns, self)])
 
     # ---- evaluation -----------------------------------------------------------------------
     def validate(self):
@@ -112,6 +170,10 @@ class Kernel:
 
     def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:  # -> (n1, n2)
         raise NotImplementedError
+
+    def _width(self) -> tuple[int, int]:
+        """(a, b): :meth:`_prepare` maps d columns to a d + b columns."""
+        return (1, 0)
 
     def __call__(self, X1: torch.Tensor, X2: torch.Tensor | None = None) -> torch.Tensor:
         """Dense block k(X1, X2) of shape (n1, n2); ``X2=None`` means X1."""
@@ -137,6 +199,86 @@ class Kernel:
         return 0
 
 
+def _freeze(value):
+    # a hashable, comparable image of a parameter value (vectors of bandwidths included)
+    if isinstance(value, Kernel):
+        items = value.get_params(deep=False).items()
+        return (type(value).__name__, tuple(sorted((k, _freeze(v)) for k, v in items)))
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return _freeze(value.tolist())  # a vector equals the list of its values
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _is_number(s) -> bool:
+    return isinstance(s, Real) and not isinstance(s, bool)
+
+
+def check_bandwidth(sigma, n_features=None, *, name="sigma"):
+    """Validate a bandwidth: a positive finite number or a vector of them (one per feature).
+
+    Returns the number as a float or the vector as a float64 NumPy array (a torch tensor is
+    returned as is, so that gradients flow through learned bandwidths). With ``n_features``
+    a vector must have that length.
+
+    Examples
+    --------
+    >>> check_bandwidth(2)
+    2.0
+    >>> check_bandwidth([1.0, 2.0], 2)
+    array([1., 2.])
+    """
+    if _is_number(sigma):
+        if not math.isfinite(sigma) or sigma <= 0:
+            raise ValueError(f"{name} must be a positive finite number, got {sigma!r}.")
+        return float(sigma)
+    is_tensor = isinstance(sigma, torch.Tensor)
+    try:
+        arr = sigma.detach().cpu().numpy() if is_tensor else np.asarray(sigma, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{name} must be a positive number or a vector of them, got {sigma!r}."
+        ) from None
+    if arr.ndim > 1 or arr.size == 0:
+        raise ValueError(
+            f"{name} must be a positive number or a 1-D vector (one bandwidth per feature), "
+            f"got shape {arr.shape}."
+        )
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"{name} must hold positive finite values, got {sigma!r}.")
+    if n_features is not None and arr.ndim == 1 and arr.shape[0] != n_features:
+        raise ValueError(
+            f"{name} has {arr.shape[0]} per-feature bandwidths but X has {n_features} features."
+        )
+    if is_tensor:
+        return sigma
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def _scale(X, sigma):
+    """X / sigma for a scalar or per-feature bandwidth (IEEE division: equal bandwidths give the
+    scalar's bits)."""
+    if _is_number(sigma):
+        return X / float(sigma)
+    if isinstance(sigma, torch.Tensor):
+        s = sigma.to(dtype=X.dtype, device=X.device)
+    else:
+        s = torch.as_tensor(np.asarray(sigma, dtype=np.float64), dtype=X.dtype, device=X.device)
+    if s.ndim == 1 and s.shape[0] != X.shape[1]:
+        raise ValueError(
+            f"sigma has {s.shape[0]} per-feature bandwidths but X has {X.shape[1]} features."
+        )
+    return X / s
+
+
+def _tracked(T) -> bool:
+    # blocks on the autograd tape (learned parameters) must not be modified in place
+    return torch.is_grad_enabled() and T.requires_grad
+
+
 def _common_shift(X1, X2):
     # Stationary kernels are shift invariant; centring both sides on one point reduces the
     # cancellation in ||x||^2 + ||z||^2 - 2<x, z> (important in float32).
@@ -154,14 +296,13 @@ class _DistanceKernel(Kernel):
         self.sigma = sigma
 
     def validate(self):
-        s = self.sigma
-        if not isinstance(s, Real) or isinstance(s, bool) or not math.isfinite(s) or s <= 0:
-            raise ValueError(
-                f"{type(self).__name__}: sigma must be a positive finite number, got {s!r}."
-            )
+        try:
+            check_bandwidth(self.sigma)
+        except ValueError as exc:
+            raise ValueError(f"{type(self).__name__}: {exc}") from None
 
     def _prepare(self, X, side):
-        return X / float(self.sigma)
+        return _scale(X, self.sigma)
 
     def _sq_block(self, P1, P2):
         return sq_distances(P1, P2)
@@ -185,8 +326,8 @@ class Gaussian(_DistanceKernel):
 
     Parameters
     ----------
-    sigma : float, default=1.0
-        Bandwidth (> 0). scikit-learn's ``gamma`` is 1 / (2 sigma^2).
+    sigma : float or array-like of shape (n_features,), default=1.0
+        Bandwidth (> 0), or one per feature (ARD). scikit-learn's ``gamma`` is 1 / (2 sigma^2).
 
     Examples
     --------
@@ -199,7 +340,7 @@ class Gaussian(_DistanceKernel):
     """
 
     def _prepare(self, X, side):
-        Xs = X / float(self.sigma)
+        Xs = _scale(X, self.sigma)
         half = 0.5 * (Xs * Xs).sum(1, keepdim=True)
         one = torch.ones_like(half)
         # <[x, -|x|^2/2, 1], [z, 1, -|z|^2/2]> = <x, z> - |x|^2/2 - |z|^2/2 = -|x - z|^2 / 2
@@ -208,6 +349,9 @@ class Gaussian(_DistanceKernel):
     def _block(self, P1, P2):
         # exponent <= 0 up to rounding; exp of a rounding-level positive value is 1 + O(eps)
         return torch.mm(P1, P2.T).exp_()
+
+    def _width(self):
+        return (1, 2)
 
 
 class Laplace(_DistanceKernel):
@@ -223,7 +367,10 @@ class Laplace(_DistanceKernel):
     """
 
     def _block(self, P1, P2):
-        return self._dist_block(P1, P2).sqrt_().neg_().exp_()
+        D2 = self._dist_block(P1, P2)
+        if _tracked(D2):  # learned bandwidths: no in-place ops
+            return torch.exp(-D2.sqrt())
+        return D2.sqrt_().neg_().exp_()
 
 
 class Matern(_DistanceKernel):
@@ -251,6 +398,12 @@ class Matern(_DistanceKernel):
 
     def _block(self, P1, P2):
         D2 = self._dist_block(P1, P2)
+        if _tracked(D2):  # learned bandwidths: no in-place ops
+            Dc = D2.sqrt() * (1.0 if self.nu == 0.5 else math.sqrt(3.0 if self.nu == 1.5 else 5.0))
+            poly = 1.0 if self.nu == 0.5 else 1.0 + Dc
+            if self.nu == 2.5:
+                poly = poly + (5.0 / 3.0) * D2
+            return poly * torch.exp(-Dc)
         D = D2.sqrt()
         if self.nu == 0.5:
             return D.neg_().exp_()
@@ -336,6 +489,218 @@ class Polynomial(Kernel):
         return (g * (X * X).sum(1) + float(self.coef0)) ** self.degree
 
 
+def _split(P, kernels):
+    # prepared inputs of a composite are its children's, side by side: recover each child's
+    # column count from d (a d + b columns each, d solved from the total)
+    coeffs = [k._width() for k in kernels]
+    a, b = sum(c[0] for c in coeffs), sum(c[1] for c in coeffs)
+    d = (P.shape[1] - b) // a if a else 0
+    return torch.split(P, [ca * d + cb for ca, cb in coeffs], dim=1)
+
+
+class _Composite(Kernel):
+    def _kernels(self):
+        return [k for _, k in self._children()]
+
+    @property
+    def is_stationary(self):
+        return all(k.is_stationary for k in self._kernels())
+
+    def validate(self):
+        for k in self._kernels():
+            if not isinstance(k, Kernel):
+                raise TypeError(f"{type(self).__name__}: parts must be Kernel objects, got "
+                                f"{type(k).__name__}.")
+            k.validate()
+
+    def _prepare(self, X, side):
+        return torch.cat([k._prepare(X, side) for k in self._kernels()], dim=1)
+
+    def _width(self):
+        coeffs = [k._width() for k in self._kernels()]
+        return (sum(c[0] for c in coeffs), sum(c[1] for c in coeffs))
+
+    def extra_memory(self, n1, n2):
+        return n1 * n2 + max(k.extra_memory(n1, n2) for k in self._kernels())
+
+
+class Sum(_Composite):
+    """Sum of two kernels, k(x, x') = k1(x, x') + k2(x, x'); also written ``k1 + k2``.
+
+    A sum of positive-definite kernels is positive definite; the sum of two shift-invariant
+    kernels is shift invariant with the mixture of their spectral measures.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.randn(5, 2, dtype=torch.float64)
+    >>> k = Gaussian(1.0) + Linear()
+    >>> bool(torch.allclose(k(X), Gaussian(1.0)(X) + Linear()(X)))
+    True
+    >>> sorted(k.get_params())
+    ['k1', 'k1__sigma', 'k2']
+    """
+
+    def __init__(self, k1, k2):
+        self.k1 = k1
+        self.k2 = k2
+
+    def _children(self):
+        return [("k1", self.k1), ("k2", self.k2)]
+
+    def _block(self, P1, P2):
+        A1, A2 = _split(P1, [self.k1, self.k2])
+        B1, B2 = _split(P2, [self.k1, self.k2])
+        K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
+        return K1 + K2 if _tracked(K1) or _tracked(K2) else K1.add_(K2)
+
+    def diag(self, X):
+        return self.k1.diag(X) + self.k2.diag(X)
+
+
+class Product(_Composite):
+    """Product of two kernels, k(x, x') = k1(x, x') k2(x, x'); also written ``k1 * k2``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.randn(5, 2, dtype=torch.float64)
+    >>> k = Gaussian(1.0) * Laplace(2.0)
+    >>> bool(torch.allclose(k(X), Gaussian(1.0)(X) * Laplace(2.0)(X)))
+    True
+    """
+
+    def __init__(self, k1, k2):
+        self.k1 = k1
+        self.k2 = k2
+
+    def _children(self):
+        return [("k1", self.k1), ("k2", self.k2)]
+
+    def _block(self, P1, P2):
+        A1, A2 = _split(P1, [self.k1, self.k2])
+        B1, B2 = _split(P2, [self.k1, self.k2])
+        K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
+        return K1 * K2 if _tracked(K1) or _tracked(K2) else K1.mul_(K2)
+
+    def diag(self, X):
+        return self.k1.diag(X) * self.k2.diag(X)
+
+
+class Scaled(_Composite):
+    """A kernel times a positive number, k(x, x') = scale * kernel(x, x'); also ``2.0 * k``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.randn(4, 3, dtype=torch.float64)
+    >>> k = 2.0 * Gaussian(1.0)
+    >>> k
+    Scaled(kernel=Gaussian(sigma=1.0), scale=2.0)
+    >>> bool(torch.allclose(k(X), 2.0 * Gaussian(1.0)(X)))
+    True
+    """
+
+    def __init__(self, kernel, scale=1.0):
+        self.kernel = kernel
+        self.scale = scale
+
+    def _children(self):
+        return [("kernel", self.kernel)]
+
+    def validate(self):
+        super().validate()
+        sc = self.scale
+        if not _is_number(sc) and not (isinstance(sc, torch.Tensor) and sc.ndim == 0):
+            raise ValueError(f"Scaled: scale must be a positive number, got {sc!r}.")
+        check_bandwidth(sc, name="Scaled: scale")
+
+    def _block(self, P1, P2):
+        K = self.kernel._block(P1, P2)
+        if isinstance(self.scale, torch.Tensor):
+            return K * self.scale.to(K.dtype)
+        return K * float(self.scale) if _tracked(K) else K.mul_(float(self.scale))
+
+    def diag(self, X):
+        d = self.kernel.diag(X)
+        return d * (self.scale.to(d.dtype) if isinstance(self.scale, torch.Tensor)
+                    else float(self.scale))
+
+    def extra_memory(self, n1, n2):
+        return self.kernel.extra_memory(n1, n2)
+
+
+class Additive(_Composite):
+    """Sum of kernels on groups of feature columns, k(x, x') = sum_g k_g(x[c_g], x'[c_g]).
+
+    Parameters
+    ----------
+    parts : list of (columns, Kernel)
+        ``columns`` is a list of column indices (or a slice-free range). Groups may overlap.
+        Nested parameter names are ``k0__sigma``, ``k1__sigma``, ... in the order of ``parts``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> X = torch.randn(6, 3, dtype=torch.float64)
+    >>> k = Additive([([0], Gaussian(1.0)), ([1, 2], Laplace(2.0))])
+    >>> K = Gaussian(1.0)(X[:, [0]]) + Laplace(2.0)(X[:, [1, 2]])
+    >>> bool(torch.allclose(k(X), K))
+    True
+    """
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def _children(self):
+        try:
+            return [(f"k{i}", part[1]) for i, part in enumerate(self.parts)]
+        except (TypeError, IndexError):
+            return []
+
+    def _columns(self):
+        return [torch.as_tensor(list(cols), dtype=torch.long) for cols, _ in self.parts]
+
+    def validate(self):
+        if not isinstance(self.parts, list | tuple) or not self.parts or not all(
+            isinstance(p, list | tuple) and len(p) == 2 for p in self.parts
+        ):
+            raise ValueError("Additive: parts must be a non-empty list of (columns, kernel).")
+        for cols, _ in self.parts:
+            c = list(cols)
+            if not c or not all(isinstance(i, Real) and int(i) == i and i >= 0 for i in c):
+                raise ValueError(f"Additive: columns must be non-empty lists of column indices, "
+                                 f"got {cols!r}.")
+        super().validate()
+
+    def _prepare(self, X, side):
+        out = []
+        for idx, k in zip(self._columns(), self._kernels(), strict=True):
+            if int(idx.max()) >= X.shape[1]:
+                raise ValueError(f"Additive: column {int(idx.max())} is out of range for X with "
+                                 f"{X.shape[1]} features.")
+            out.append(k._prepare(X[:, idx.to(X.device)], side))
+        return torch.cat(out, dim=1)
+
+    def _width(self):
+        return (0, sum(k._width()[0] * len(c) + k._width()[1]
+                       for c, k in zip(self._columns(), self._kernels(), strict=True)))
+
+    def _block(self, P1, P2):
+        widths = [k._width()[0] * len(c) + k._width()[1]
+                  for c, k in zip(self._columns(), self._kernels(), strict=True)]
+        K = None
+        for k, A, B in zip(self._kernels(), torch.split(P1, widths, 1), torch.split(P2, widths, 1),
+                           strict=True):
+            Kg = k._block(A, B)
+            K = Kg if K is None else (K + Kg if _tracked(K) or _tracked(Kg) else K.add_(Kg))
+        return K
+
+    def diag(self, X):
+        return sum(k.diag(X[:, idx.to(X.device)])
+                   for idx, k in zip(self._columns(), self._kernels(), strict=True))
+
+
 KERNEL_NAMES = {
     "rbf": Gaussian,
     "gaussian": Gaussian,
@@ -358,6 +723,30 @@ def _sigma_from_gamma(cls, gamma):
     if cls is Cauchy:
         return 1.0 / math.sqrt(gamma)
     return 1.0 / gamma
+
+
+def check_n_features(kernel: Kernel, n_features: int) -> None:
+    """Raise ``ValueError`` if a per-feature bandwidth in ``kernel`` (or its parts) does not have
+    ``n_features`` entries, or an :class:`Additive` part names a column beyond ``n_features``.
+
+    Examples
+    --------
+    >>> check_n_features(Gaussian([1.0, 2.0]), 3)
+    Traceback (most recent call last):
+    ...
+    ValueError: sigma has 2 per-feature bandwidths but X has 3 features.
+    """
+    if isinstance(kernel, Additive):
+        for cols, k in kernel.parts:
+            if max(int(c) for c in cols) >= n_features:
+                raise ValueError(f"Additive: column {max(int(c) for c in cols)} is out of range "
+                                 f"for X with {n_features} features.")
+            check_n_features(k, len(list(cols)))
+        return
+    if isinstance(kernel, _DistanceKernel):
+        check_bandwidth(kernel.sigma, n_features)
+    for _, child in kernel._children():
+        check_n_features(child, n_features)
 
 
 def median_heuristic(X, *, max_samples=1000, random_state=0) -> float:
@@ -398,8 +787,9 @@ def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=
     kernel : str or Kernel
         A name in ``KERNEL_NAMES`` or a kernel object (returned as is; then ``sigma`` and
         ``gamma`` must be None).
-    sigma : float, optional
-        Bandwidth in this library's convention (see the module docstring).
+    sigma : float or array-like of shape (n_features,), optional
+        Bandwidth in this library's convention (see the module docstring); a vector gives one
+        bandwidth per feature (ARD), checked against ``X``'s number of columns when given.
     gamma : float, optional
         scikit-learn's parameter; converted to ``sigma``. Give at most one of the two.
     degree, coef0 : polynomial kernel parameters.
@@ -412,10 +802,13 @@ def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=
     >>> make_kernel("rbf", gamma=0.5)
     Gaussian(sigma=1.0)
     """
+    n_features = None if X is None or getattr(X, "ndim", 0) != 2 else int(X.shape[1])
     if isinstance(kernel, Kernel):
         if sigma is not None or gamma is not None:
             raise ValueError("Give the bandwidth inside the kernel object, not as sigma/gamma.")
         kernel.validate()
+        if n_features is not None:
+            check_n_features(kernel, n_features)
         return kernel
     if not isinstance(kernel, str):
         raise TypeError(f"kernel must be a string or a Kernel, got {type(kernel).__name__}.")
@@ -430,11 +823,22 @@ def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=
     cls = KERNEL_NAMES[name]
     if sigma is not None and gamma is not None:
         raise ValueError("Give at most one of sigma and gamma.")
-    for pname, val in (("sigma", sigma), ("gamma", gamma)):
-        if val is not None and (
-            not isinstance(val, Real) or isinstance(val, bool) or not math.isfinite(val) or val <= 0
-        ):
-            raise ValueError(f"{pname} must be a positive finite number, got {val!r}.")
+    if gamma is not None and (
+        not _is_number(gamma) or not math.isfinite(gamma) or gamma <= 0
+    ):
+        raise ValueError(f"gamma must be a positive finite number, got {gamma!r}.")
+    if isinstance(sigma, str):
+        if sigma != "ard" or not issubclass(cls, _DistanceKernel):
+            raise ValueError(f"sigma='ard' (per-feature bandwidths) needs a distance kernel; got "
+                             f"sigma={sigma!r} with kernel={kernel!r}.")
+        if n_features is None:
+            raise ValueError("sigma='ard' needs the training inputs X.")
+        # equal per-feature bandwidths at the median heuristic: the scalar kernel, ready to learn
+        sigma = np.full(n_features, median_heuristic(X))
+    if sigma is not None:
+        sigma = check_bandwidth(sigma, n_features)
+        if not _is_number(sigma) and not issubclass(cls, _DistanceKernel):
+            raise ValueError(f"A per-feature sigma needs a distance kernel, not {kernel!r}.")
     if cls is Linear:
         out = Linear()
     elif cls is Polynomial:
@@ -447,6 +851,6 @@ def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=
                 sigma = median_heuristic(X)
             else:
                 sigma = 1.0
-        out = Matern(sigma=float(sigma), nu=_NU[name]) if cls is Matern else cls(float(sigma))
+        out = Matern(sigma=sigma, nu=_NU[name]) if cls is Matern else cls(sigma)
     out.validate()
     return out

@@ -19,7 +19,7 @@ __all__ = ["KernelEstimatorMixin", "KERNEL_CONSTRAINTS"]
 #: Parameter constraints shared by every estimator that takes a kernel.
 KERNEL_CONSTRAINTS = {
     "kernel": [StrOptions(set(KERNEL_NAMES)), Kernel],
-    "sigma": [Interval(Real, 0, None, closed="neither"), None],
+    "sigma": [Interval(Real, 0, None, closed="neither"), "array-like", StrOptions({"ard"}), None],
     "gamma": [Interval(Real, 0, None, closed="neither"), None],
     "degree": [Interval(Integral, 1, None, closed="left")],
     "coef0": [Real],

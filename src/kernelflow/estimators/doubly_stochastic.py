@@ -33,7 +33,7 @@ __all__ = ["DoublyStochasticMixin", "DOUBLY_STOCHASTIC_CONSTRAINTS", "DATA_PARAL
 
 DOUBLY_STOCHASTIC_CONSTRAINTS = {
     "kernel": [StrOptions(set(KERNEL_NAMES) - {"laplacian"}), Kernel],
-    "sigma": [Interval(Real, 0, None, closed="neither"), None],
+    "sigma": [Interval(Real, 0, None, closed="neither"), "array-like", StrOptions({"ard"}), None],
     "gamma": [Interval(Real, 0, None, closed="neither"), None],
     "degree": [Interval(Integral, 1, None, closed="left")],
     "coef0": [Interval(Real, 0, None, closed="left")],

@@ -10,8 +10,10 @@ from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..solvers.direct import krr_cholesky, krr_spectral, spectrum
+from ..solvers.hyperparameters import EXACT_CRITERIA
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._hyperparameters import learn_for_estimator
 
 __all__ = ["KernelRidge"]
 
@@ -33,9 +35,9 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         Ridge penalty lambda >= 0.
     kernel : str or Kernel, default="rbf"
         Kernel name (see :data:`kernelflow.kernels.KERNEL_NAMES`) or object.
-    sigma : float, default=None
-        Bandwidth (see :mod:`kernelflow.kernels`); with ``gamma`` also None, the median
-        heuristic on the training inputs.
+    sigma : float, array-like of shape (n_features,) or "ard", default=None
+        Bandwidth (see :mod:`kernelflow.kernels`), or one per feature; with ``gamma`` also
+        None, the median heuristic on the training inputs ("ard": that value per feature).
     gamma : float, default=None
         scikit-learn's bandwidth parameter, converted to ``sigma``.
     degree : int, default=3
@@ -49,6 +51,10 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         "auto" is Cholesky.
     options : Options, default=None
         Engine options (memory budget, device, ...).
+    learn_hyperparameters : {"marginal_likelihood", "loo", "gcv"} or None, default=None
+        Learn the bandwidth(s) and the penalty (``alpha`` and ``sigma`` are the starting
+        point) by minimising this criterion with L-BFGS, see
+        :func:`kernelflow.hyperparameters.learn_hyperparameters`. Cost O(n^3) per step.
 
     Attributes
     ----------
@@ -56,7 +62,10 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     intercept_ : tensor of shape () or (n_targets,)
     X_fit_ : tensor of shape (n_samples, n_features)
     kernel_ : Kernel
-        The kernel with its resolved bandwidth.
+        The kernel with its resolved (or learned) bandwidth.
+    sigma_, alpha_, hyperparameters_ : float or ndarray, float, HyperparameterResult
+        Learned bandwidth(s), penalty and optimisation record (only with
+        ``learn_hyperparameters``).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -81,11 +90,12 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
         "solver": [StrOptions({"auto", "cholesky", "eigen"})],
+        "learn_hyperparameters": [StrOptions(set(EXACT_CRITERIA)), None],
         **KERNEL_CONSTRAINTS,
     }
 
     def __init__(self, alpha=1.0, *, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
-                 fit_intercept=True, solver="auto", options=None):
+                 fit_intercept=True, solver="auto", options=None, learn_hyperparameters=None):
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -95,6 +105,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.options = options
+        self.learn_hyperparameters = learn_hyperparameters
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -119,6 +130,9 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             raise ValueError(f"alpha has {alpha.size} values but y has {n_targets} targets.")
         self.kernel_ = self._build_kernel(X, sw)
         yc, self.intercept_ = self._center_targets(y, sw)
+        if self.learn_hyperparameters is not None:  # sets sigma_, alpha_, hyperparameters_
+            self.kernel_, alpha = learn_for_estimator(self, X, yc, sw, alpha, self.kernel_)
+            alpha = np.asarray(alpha)
         self.X_fit_ = X
         op = self._operator(X)
         if not op.fits_in_memory(copies=2):

@@ -99,6 +99,9 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             if self.sigmas is not None:
                 raise ValueError(f"sigmas given, but the {type(base).__name__} kernel has none.")
             return [base], [None]
+        if np.ndim(self.sigmas) > 1 or (self.sigmas is None and np.ndim(base.sigma) > 0):
+            raise ValueError("KernelRidgeCV searches scalar bandwidths; per-feature (ARD) "
+                             "bandwidths are learned by KernelRidge(learn_hyperparameters=...).")
         if self.sigmas is None:
             center = base.sigma  # the kernel's own, gamma's, or the median heuristic on X
             sigmas = center * np.logspace(-1, 1, 9)

@@ -20,11 +20,13 @@ from ..distributed.auto import DISTRIBUTED_CONSTRAINT, data_parallel, fit_scope,
 from ..distributed.sharding import ShardSource, check_consistent
 from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import Options, memory_budget
+from ..solvers.hyperparameters import NYSTROM_CRITERIA
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
 from ..sources import ArraySource, DataSource, as_source
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._hyperparameters import learn_for_nystrom
 
 __all__ = ["NystromKernelRidge"]
 
@@ -177,10 +179,12 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             pool_ = _candidate_pool(source, pool, sw, int(self.n_components), rng)
             kernel = self._build_kernel(pool_) if pool is None else self._build_kernel(pool, sw)
             C = _select_centers(self, pool_, kernel, rng)
-            if is_distributed() and isinstance(getattr(kernel, "sigma", None), float | int):
-                # a median-heuristic bandwidth depends on each process's shard: use rank 0's
-                kernel.sigma = float(broadcast(torch.tensor([float(kernel.sigma)],
-                                                             dtype=torch.float64))[0])
+            sigma = getattr(kernel, "sigma", None)
+            if is_distributed() and isinstance(sigma, float | int | np.ndarray):
+                # a median-heuristic bandwidth (or sigma="ard") depends on each process's shard:
+                # use rank 0's
+                s = broadcast(torch.as_tensor(np.atleast_1d(sigma), dtype=torch.float64).clone())
+                kernel.sigma = float(s[0]) if np.ndim(sigma) == 0 else s.numpy()
         dtype = _compute_dtype(self, x_dtype)
         return source, rng, kernel, C, dtype, (prev if warm else None)
 
@@ -223,7 +227,8 @@ class NystromKernelRidge(_NystromBase):
         Ridge penalty (scikit-learn's scale), > 0.
     kernel : str or Kernel, default="rbf"
     sigma, gamma : float, default=None
-        Bandwidth (median heuristic on the centre candidates when both are None).
+        Bandwidth (median heuristic on the centre candidates when both are None); ``sigma``
+        may also be one bandwidth per feature, or "ard" (the median heuristic per feature).
     degree : int, default=3
     coef0 : float, default=1.0
     fit_intercept : bool, default=True
@@ -257,6 +262,11 @@ class NystromKernelRidge(_NystromBase):
         all-reduced and all processes end with the model of a single-process fit on the
         concatenated rows (see ``docs/distributed.md``). False or "off": each process fits its
         rows alone. A :class:`~kernelflow.distributed.ShardSource` is always data-parallel.
+    learn_hyperparameters : {"validation", "nystrom_marginal_likelihood"} or None, default=None
+        Learn the bandwidth(s) and ``alpha`` with the centres fixed, by L-BFGS on a held-out
+        validation error or on the Nyström (Titsias) marginal likelihood (at most 20000 rows;
+        :func:`kernelflow.hyperparameters.learn_hyperparameters`); sets ``sigma_``, ``alpha_``
+        and ``hyperparameters_``. Needs in-memory arrays.
 
     Attributes
     ----------
@@ -302,13 +312,14 @@ class NystromKernelRidge(_NystromBase):
         **NYSTROM_CONSTRAINTS,
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="neither"), None],
+        "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
     }
 
     def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100,
                  tol=None, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
-                 options=None, distributed="auto"):
+                 options=None, distributed="auto", learn_hyperparameters=None):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -330,6 +341,7 @@ class NystromKernelRidge(_NystromBase):
         self.verbose = verbose
         self.options = options
         self.distributed = distributed
+        self.learn_hyperparameters = learn_hyperparameters
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -361,9 +373,12 @@ class NystromKernelRidge(_NystromBase):
         coef0 = None
         if prev is not None and prev[2].reshape(prev[2].shape[0], -1).shape[1] == t:
             coef0 = prev[2].reshape(-1, t).to(torch.float64)
+        alpha = float(self.alpha)
+        if self.learn_hyperparameters is not None:  # sets sigma_, alpha_, hyperparameters_
+            kernel, alpha = learn_for_nystrom(self, source, intercept, kernel, C)
         train, val = _split(self, source, rng)
         sol = nystrom_krr(
-            train, kernel, C, float(self.alpha), y_offset=intercept, coef0=coef0,
+            train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
             max_iter=self.max_iter, tol=self.tol, validation=val,
             n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
             block_size=self.block_size, verbose=self.verbose,

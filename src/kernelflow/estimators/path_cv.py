@@ -40,6 +40,11 @@ def bandwidth_grid(sigmas, X: torch.Tensor) -> np.ndarray:
         med = float(median_heuristic(X))
         med = med if med > 0 else 1.0
         return med * np.geomspace(1e-2, 1e2, int(sigmas))
+    if np.ndim(sigmas) > 1:
+        raise ValueError(
+            "sigmas is a grid of scalar bandwidths; per-feature (ARD) bandwidths are not "
+            "searched by grid: learn them with kernelflow.hyperparameters.learn_hyperparameters."
+        )
     grid = np.asarray(sigmas, dtype=float).reshape(-1)
     if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
         raise ValueError(f"sigmas must be positive finite bandwidths, got {sigmas!r}.")

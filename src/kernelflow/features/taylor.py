@@ -21,6 +21,8 @@ from itertools import combinations_with_replacement
 import numpy as np
 import torch
 
+from kernelflow.kernels import check_bandwidth
+
 __all__ = [
     "n_taylor_features",
     "taylor_multi_indices",
@@ -189,8 +191,9 @@ def taylor_features(X, *, sigma: float = 1.0, M: int = 2, mode: str = "compact")
     ----------
     X : array-like or torch.Tensor of shape (n_samples, d)
         Inputs. A torch tensor gives a torch tensor of the same dtype and device.
-    sigma : float, default=1.0
-        Gaussian bandwidth σ in ``exp(-||x - x'||² / (2σ²))``.
+    sigma : float or array-like of shape (d,), default=1.0
+        Gaussian bandwidth σ in ``exp(-||x - x'||² / (2σ²))``, or one per feature (ARD: the
+        features of X / σ at σ = 1).
     M : int, default=2
         Maximal total degree.
     mode : {"compact", "ordered"}, default="compact"
@@ -213,12 +216,17 @@ def taylor_features(X, *, sigma: float = 1.0, M: int = 2, mode: str = "compact")
     >>> bool(np.abs(Phi @ Phi.T - K).max() < 1e-3)
     True
     """
-    if not (isinstance(sigma, int | float | np.floating) and sigma > 0):
-        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
     is_torch = torch.is_tensor(X)
     Xa = X if is_torch else np.asarray(X, dtype=np.float64)
     if Xa.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, d), got shape {tuple(Xa.shape)}")
+    if not isinstance(sigma, int | float | np.floating):
+        # per-feature bandwidths: the Gaussian with ARD is the Gaussian of X / sigma at sigma = 1
+        sig = check_bandwidth(sigma, Xa.shape[1])
+        scale = torch.as_tensor(sig, dtype=Xa.dtype, device=Xa.device) if is_torch else sig
+        return taylor_features(Xa / scale, sigma=1.0, M=M, mode=mode)
+    if not sigma > 0:
+        raise ValueError(f"sigma must be a positive number, got {sigma!r}")
     if mode == "ordered":
         arr = Xa.detach().cpu().double().numpy() if is_torch else Xa
         out = _ordered_features(arr, float(sigma), M)
@@ -240,7 +248,9 @@ def taylor_kernel(X1, X2, *, sigma: float = 1.0, M: int = 2) -> np.ndarray:
     >>> float(np.round(taylor_kernel(X, X, M=2)[0, 0], 6))
     0.999668
     """
-    A = np.asarray(X1, dtype=np.float64) / sigma
+    A = np.asarray(X1, dtype=np.float64)
+    sigma = check_bandwidth(sigma, A.shape[-1])  # a scalar, or per-feature bandwidths (ARD)
+    A = A / sigma
     B = np.asarray(X2, dtype=np.float64) / sigma
     G = A @ B.T
     series = np.zeros_like(G)

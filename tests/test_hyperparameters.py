@@ -1,0 +1,219 @@
+"""Hyperparameters learned by gradient: criteria, their gradients, the optimiser, the options."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF, ConstantKernel, WhiteKernel
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from kernelflow.estimators import KernelRidge, KernelRidgeCV, NystromKernelRidge
+from kernelflow.hyperparameters import (
+    krr_gcv_error,
+    krr_loo_error,
+    krr_negative_log_marginal_likelihood,
+    learn_hyperparameters,
+    nystrom_negative_log_marginal_likelihood,
+    nystrom_validation_error,
+)
+from kernelflow.kernels import Gaussian, Laplace, Linear, Matern, Scaled
+
+F64 = torch.float64
+
+
+def _problem(n=40, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, d, generator=g, dtype=F64) * 2 - 1
+    y = torch.sin(3 * X[:, 0]) + 0.1 * torch.randn(n, generator=g, dtype=F64)
+    return X, (y - y.mean()).reshape(-1, 1)
+
+
+def _criteria(X, Y, C, kernel_of):
+    n_tr = X.shape[0] - 10
+    return {
+        "marginal_likelihood": lambda p, a: krr_negative_log_marginal_likelihood(
+            kernel_of(p)(X), Y, a),
+        "loo": lambda p, a: krr_loo_error(kernel_of(p)(X), Y, a),
+        "gcv": lambda p, a: krr_gcv_error(kernel_of(p)(X), Y, a),
+        "validation": lambda p, a: nystrom_validation_error(
+            kernel_of(p)(X[:n_tr], C), kernel_of(p)(C), kernel_of(p)(X[n_tr:], C), Y[:n_tr],
+            Y[n_tr:], a),
+        "nystrom_marginal_likelihood": lambda p, a: nystrom_negative_log_marginal_likelihood(
+            kernel_of(p)(X, C), kernel_of(p)(C), kernel_of(p).diag(X), Y, a),
+    }
+
+
+KERNEL_OF = {
+    "gaussian-ard": (lambda p: Gaussian(p[:3].exp()), [0.1, -0.2, 0.4]),
+    "matern-ard": (lambda p: Matern(p[:3].exp(), nu=2.5), [0.1, -0.2, 0.4]),
+    "laplace": (lambda p: Laplace(p[0].exp()), [0.3]),
+    "composite": (lambda p: Gaussian(p[0].exp()) + Scaled(Linear(), p[1].exp()), [0.2, -1.0]),
+}
+
+
+@pytest.mark.parametrize("name", list(KERNEL_OF))
+@pytest.mark.parametrize(
+    "criterion", ["marginal_likelihood", "loo", "gcv", "validation", "nystrom_marginal_likelihood"]
+)
+def test_gradients_match_finite_differences(criterion, name):
+    X, Y = _problem()
+    C = X[::3]
+    kernel_of, p0 = KERNEL_OF[name]
+    f = _criteria(X, Y, C, kernel_of)[criterion]
+    theta = torch.tensor(p0 + [math.log(0.05)], dtype=F64, requires_grad=True)
+
+    def value(t):
+        return f(t[:-1], t[-1].exp())
+
+    value(theta).backward()
+    grad = theta.grad.clone()
+    h = 1e-3  # five-point central differences: truncation O(h^4)
+    fd = torch.empty_like(grad)
+    with torch.no_grad():
+        for i in range(theta.numel()):
+            e = torch.zeros_like(theta)
+            e[i] = h
+            fd[i] = (8 * (value(theta + e) - value(theta - e))
+                     - (value(theta + 2 * e) - value(theta - 2 * e))) / (12 * h)
+    torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
+
+
+def test_loo_criterion_is_the_brute_force_leave_one_out_error():
+    X, Y = _problem(n=25)
+    K = Gaussian(0.7)(X)
+    errs = []
+    for i in range(25):
+        keep = torch.arange(25) != i
+        c = torch.linalg.solve(K[keep][:, keep] + 0.1 * torch.eye(24, dtype=F64), Y[keep])
+        errs.append(float((K[i, keep] @ c - Y[i]) ** 2))
+    assert math.isclose(float(krr_loo_error(K, Y, 0.1)), np.mean(errs), rel_tol=1e-10)
+
+
+def test_gcv_criterion_is_the_hat_matrix_formula():
+    X, Y = _problem(n=25)
+    K = Gaussian(0.7)(X)
+    H = K @ torch.linalg.inv(K + 0.1 * torch.eye(25, dtype=F64))
+    R = Y - H @ Y
+    expected = 25 * float((R * R).sum()) / float(torch.trace(torch.eye(25, dtype=F64) - H)) ** 2
+    assert math.isclose(float(krr_gcv_error(K, Y, 0.1)), expected, rel_tol=1e-10)
+
+
+def test_marginal_likelihood_equals_scikit_learn_with_the_profiled_amplitude():
+    X, Y = _problem(n=30)
+    sigma, alpha = 0.6, 0.05
+    K = Gaussian(sigma)(X)
+    A = K + alpha * torch.eye(30, dtype=F64)
+    s2 = float(Y[:, 0] @ torch.linalg.solve(A, Y[:, 0])) / 30
+    kern = ConstantKernel(s2, "fixed") * RBF(sigma, "fixed") + WhiteKernel(alpha * s2, "fixed")
+    gp = GaussianProcessRegressor(kern, alpha=0.0, optimizer=None).fit(X.numpy(), Y[:, 0].numpy())
+    ours = float(krr_negative_log_marginal_likelihood(K, Y, alpha))
+    assert math.isclose(ours, -gp.log_marginal_likelihood_value_ / 30, rel_tol=1e-10)
+
+
+def test_nystrom_criteria_with_all_points_as_centres_are_exact():
+    X, Y = _problem(n=30)
+    k = Gaussian([0.5, 1.0, 2.0])
+    a = nystrom_negative_log_marginal_likelihood(k(X, X), k(X), k.diag(X), Y, 0.05)
+    b = krr_negative_log_marginal_likelihood(k(X), Y, 0.05)
+    assert math.isclose(float(a), float(b), rel_tol=1e-8)
+
+
+def _irrelevant(n=120, n_noise=4, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-2, 2, size=(2 * n, 1 + n_noise))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.randn(2 * n)
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+@pytest.mark.parametrize("criterion", ["marginal_likelihood", "loo", "gcv"])
+def test_learned_ard_beats_the_defaults_with_irrelevant_features(criterion):
+    X, y, Xt, yt = _irrelevant()
+    learned = KernelRidge(sigma="ard", learn_hyperparameters=criterion).fit(X, y)
+    default = KernelRidgeCV().fit(X, y)
+    assert learned.score(Xt, yt) > default.score(Xt, yt) + 0.05
+    assert learned.score(Xt, yt) > 0.95
+    assert np.all(learned.sigma_[0] < learned.sigma_[1:])
+
+
+@pytest.mark.parametrize("criterion", ["validation", "nystrom_marginal_likelihood"])
+def test_learned_nystrom_beats_the_default_with_irrelevant_features(criterion):
+    X, y, Xt, yt = _irrelevant(n=150)
+    kw = dict(n_components=40, random_state=0)
+    learned = NystromKernelRidge(sigma="ard", learn_hyperparameters=criterion, **kw).fit(X, y)
+    default = NystromKernelRidge(alpha=1e-2, **kw).fit(X, y)
+    assert learned.score(Xt, yt) > default.score(Xt, yt) + 0.05
+    assert learned.sigma_.shape == (5,) and learned.alpha_ > 0
+
+
+def test_learned_values_are_fitted_attributes_and_params_stay():
+    X, y, _, _ = _irrelevant(n=60, n_noise=1)
+    model = KernelRidge(alpha=0.3, sigma="ard", learn_hyperparameters="gcv")
+    pipe = make_pipeline(StandardScaler(), model).fit(X, y)
+    fitted = pipe[-1]
+    assert fitted.alpha == 0.3 and fitted.sigma == "ard"
+    assert fitted.alpha_ != 0.3 and isinstance(fitted.sigma_, np.ndarray)
+    assert np.array_equal(fitted.kernel_.sigma, fitted.sigma_)
+    assert not hasattr(clone(fitted), "alpha_")
+    # refitting with the learned values as fixed parameters gives the same predictions
+    fixed = KernelRidge(alpha=fitted.alpha_, sigma=fitted.sigma_).fit(pipe[0].transform(X), y)
+    np.testing.assert_allclose(fixed.predict(pipe[0].transform(X)), pipe.predict(X), rtol=1e-10)
+
+
+def test_scalar_bandwidth_stays_scalar_and_composites_learn_their_scales():
+    X, y, Xt, yt = _irrelevant(n=60, n_noise=0)
+    model = KernelRidge(learn_hyperparameters="marginal_likelihood").fit(X, y)
+    assert isinstance(model.sigma_, float)
+    k = Gaussian(1.0) + 1.0 * Linear()
+    model = KernelRidge(kernel=k, learn_hyperparameters="loo").fit(X, y)
+    assert model.kernel_.k2.scale != 1.0 and model.kernel_.k1.sigma != 1.0
+    assert k.k2.scale == 1.0  # the given kernel is not mutated
+    assert model.sigma_ is None and model.score(Xt, yt) > 0.9
+
+
+def test_hostile_inputs_are_refused():
+    X, Y = _problem(n=20)
+    with pytest.raises(ValueError, match="criterion"):
+        learn_hyperparameters(X, Y, Gaussian(1.0), criterion="bogus")
+    with pytest.raises(ValueError, match="centres"):
+        learn_hyperparameters(X, Y, Gaussian(1.0), criterion="validation")
+    Xn = X.clone()
+    Xn[0, 0] = float("nan")
+    with pytest.raises(ValueError, match="finite"):
+        learn_hyperparameters(Xn, Y, Gaussian(1.0))
+    with pytest.raises(ValueError, match="Nothing to learn"):
+        learn_hyperparameters(X, Y, Linear(), learn_alpha=False)
+    with pytest.raises(ValueError, match="alpha"):
+        learn_hyperparameters(X, Y, Gaussian(1.0), alpha=-1.0)
+    with pytest.raises(ValueError, match="sample_weight"):
+        KernelRidge(learn_hyperparameters="loo").fit(X.numpy(), Y[:, 0].numpy(),
+                                                     sample_weight=np.ones(20))
+    with pytest.raises(ValueError, match="learn_hyperparameters"):
+        KernelRidge(learn_hyperparameters="validation").fit(X.numpy(), Y[:, 0].numpy())
+    with pytest.raises(ValueError, match="learn_hyperparameters"):
+        NystromKernelRidge(learn_hyperparameters="loo").fit(X.numpy(), Y[:, 0].numpy())
+
+
+def test_fixed_alpha_is_kept_and_bounds_hold():
+    X, Y = _problem(n=30)
+    res = learn_hyperparameters(X, Y, Gaussian([1.0, 1.0, 1.0]), alpha=0.07, learn_alpha=False,
+                                sigma_bounds=(0.5, 2.0), n_restarts=2)
+    assert res.alpha == 0.07
+    ref = float(torch.cdist(X, X)[torch.triu_indices(30, 30, 1).unbind()].median())
+    assert np.all(res.kernel.sigma >= 0.5 * ref * (1 - 1e-9))
+    assert np.all(res.kernel.sigma <= 2.0 * ref * (1 + 1e-9))
+    assert len(res.values) == 2 and res.value == min(res.values)
+
+
+def test_learned_model_file_round_trip(tmp_path):
+    from kernelflow.io import load_model, save_model
+
+    X, y, Xt, _ = _irrelevant(n=50, n_noise=1)
+    model = KernelRidge(sigma="ard", learn_hyperparameters="gcv").fit(X, y)
+    loaded = load_model(save_model(model, tmp_path / "learned.npz"))
+    np.testing.assert_array_equal(loaded.predict(Xt), model.predict(Xt))
+    np.testing.assert_array_equal(loaded.sigma_, model.sigma_)
+    assert loaded.alpha_ == model.alpha_
