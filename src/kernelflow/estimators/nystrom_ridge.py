@@ -98,12 +98,14 @@ def _candidate_pool(source: DataSource, pool, sw, k, rng):
 def _select_centers(estimator, pool, kernel, rng):
     """Centres from ``estimator.landmarks``; duplicates are removed (they add nothing)."""
     # Selecting from the distinct rows makes integer weights equivalent to repeated rows, and
-    # torch.unique sorts them, so the candidates do not depend on the row order either.
-    pool = torch.unique(pool.to(torch.float64), dim=0)
-    k = min(int(estimator.n_components), pool.shape[0])
+    # torch.unique sorts them, so the candidates do not depend on the row order either. Given
+    # centres do not depend on the pool: skip the sort of all rows.
     landmarks = estimator.landmarks
     if isinstance(landmarks, np.ndarray | torch.Tensor | list | tuple):
-        k = None
+        k, pool = None, pool[:1].to(torch.float64)  # only its width and dtype are read
+    else:
+        pool = torch.unique(pool.to(torch.float64), dim=0)
+        k = min(int(estimator.n_components), pool.shape[0])
     seed = int(rng.randint(0, 2**31 - 1))
     C = resolve_centers(landmarks, pool, kernel, k, random_state=seed).centers
     C = torch.unique(C.to(torch.float64), dim=0)
