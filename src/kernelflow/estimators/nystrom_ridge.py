@@ -267,7 +267,7 @@ class NystromKernelRidge(_NystromBase):
     solver : {"auto", "cg", "direct"}, default="auto"
         "direct" accumulates K_nM^T D K_nM in one pass and solves the preconditioned M x M
         system densely (exact, O(n M^2 + M^3)); "cg" runs preconditioned conjugate gradients;
-        "auto" picks the cheaper from a cost model (direct for M up to several hundred, CG
+        "auto" picks the cheaper from a cost model (direct up to about 1000 centres, CG
         beyond) and always CG with ``early_stopping``.
 
     Attributes
