@@ -153,3 +153,24 @@ def test_preconditioner_jitter_is_negligible_for_large_penalties():
     assert preconditioner_jitter(1e-2, 200, 1.0) < 1e-9
     j = preconditioner_jitter(1e-12, 500, 1.0)
     assert j ** 2 / 500 + 1e-12 * j == pytest.approx(1e-12)
+
+
+def test_partial_kernel_cache_gives_the_stored_solution():
+    from kernelflow.operators import Options
+    from kernelflow.solvers.nystrom import _PartialCache, nystrom_kernel_cache
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(1000, 3, dtype=F64, generator=g)
+    y = torch.sin(X[:, 0]) + 0.1 * torch.randn(1000, dtype=F64, generator=g)
+    src, k, C = ArraySource(X, y), Gaussian(1.0), X[:50]
+    # room for 2 blocks of 256 rows out of 4 (50 centres, float64)
+    opts = Options(memory_budget=2 * (2 * 256 * 50 * 8) + 100)
+    cache = nystrom_kernel_cache(src, k, C, options=opts, block_size=256)
+    assert isinstance(cache, _PartialCache) and len(cache.stored) == 2
+    assert sum(b.X.shape[0] for _, b in cache) == 1000
+    ref = nystrom_krr(src, k, C, 1e-2, tol=1e-12, max_iter=300, store_kernel=False)
+    for solver in ("cg", "direct"):
+        sol = nystrom_krr(src, k, C, 1e-2, tol=1e-12, max_iter=300, options=opts,
+                          block_size=256, solver=solver)
+        K = k(X, C)
+        assert float((K @ (sol.coef - ref.coef)).norm() / (K @ ref.coef).norm()) < 1e-8

@@ -286,25 +286,55 @@ class _DenseBlock:
         return self.t_matmul(U)
 
 
+class _PartialCache:
+    """The first row blocks of K(X, C) stored, the others recomputed on every pass.
+
+    Iterating yields ``(operator, Block)`` pairs like a full cache: stored blocks first (as
+    :class:`_DenseBlock`), then a :class:`KernelOperator` for every remaining block.
+    """
+
+    def __init__(self, stored, source, kernel, C, options, rows, dtype):
+        self.stored, self.source, self.kernel = stored, source, kernel
+        self.C, self.options, self.rows, self.dtype = C, options, rows, dtype
+
+    def __iter__(self):
+        yield from self.stored
+        for i, b in enumerate(_blocks(self.source, self.dtype, self.options, self.rows)):
+            if i >= len(self.stored):
+                yield KernelOperator(self.kernel, b.X, self.C, options=self.options), b
+
+
 def nystrom_kernel_cache(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
                          dtype: torch.dtype = _F64, options: Options | None = None,
                          block_size: int | None = None, fraction: float = 0.5):
-    """K(X_b, C) for every block, stored, if n M entries fit in ``fraction`` of the budget.
+    """K(X_b, C) for as many row blocks as fit in ``fraction`` of the budget, stored.
 
     Returns a list of ``(block operator, Block)`` pairs accepted by the streamed passes (their
-    ``cache`` argument), or None when it does not fit (then every pass recomputes the tiles).
+    ``cache`` argument) when all blocks fit; when only some do, an iterable that yields the
+    stored blocks and then recomputes the others on every pass; None when not one block fits.
     Storing turns each CG iteration from n M kernel evaluations into two memory-bound products,
-    as Falkon does when K_nM fits. Cost O(n M d) once, memory n M entries.
+    as Falkon does when K_nM fits. Cost O(n M d) once, memory at most ``fraction`` of the budget.
     """
     C = centers.to(dtype)
+    M = C.shape[0]
     item = torch.empty((), dtype=dtype).element_size()
     # a shard stores only the rows this process holds
     n_rows = getattr(source, "n_local", source.n_samples)
-    if n_rows * C.shape[0] * item > fraction * memory_budget(options):
+    rows = block_rows(source.n_features, M, dtype, options, block_size)
+    room = fraction * memory_budget(options)
+    if n_rows * M * item <= room:
+        return [(_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
+                for b in _blocks(source, dtype, options, rows)]
+    n_blocks = int(room // (rows * M * item))
+    if n_blocks == 0:
         return None
-    rows = block_rows(source.n_features, C.shape[0], dtype, options, block_size)
-    return [(_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
-            for b in _blocks(source, dtype, options, rows)]
+    stored = []
+    for b in _blocks(source, dtype, options, rows):
+        if len(stored) >= n_blocks:
+            break
+        stored.append((_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()),
+                       b))
+    return _PartialCache(stored, source, kernel, C, options, rows, dtype)
 
 
 def _kernel_blocks(source, kernel, C, dtype, options, block_size, cache):
@@ -461,9 +491,10 @@ def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
     else:
         blocks = iter(cache)
     for op, b in blocks:
-        K = op.K
-        for s in range(0, K.shape[0], 2048):
-            Kc = K[s:s + 2048].to(_F64)
+        for s in range(0, b.X.shape[0], 2048):
+            e = min(s + 2048, b.X.shape[0])
+            Kc = op.K[s:e] if isinstance(op, _DenseBlock) else op.rows(torch.arange(s, e))
+            Kc = Kc.to(_F64)
             Kw = Kc if b.sample_weight is None else (
                 Kc * b.sample_weight[s:s + 2048].to(Kc.dtype).reshape(-1, 1))
             G += (Kw.T @ Kc).to(_F64)
@@ -614,7 +645,7 @@ def nystrom_krr(
                                      block_size=block_size, fraction=frac)
     if solver == "auto":
         solver = "cg" if (validation is not None or callback is not None) else choose_solver(
-            n_rows, M, source.n_features, stored=cache is not None)
+            n_rows, M, source.n_features, stored=isinstance(cache, list))
     if cache is not None and validation is not None:
         val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
                                          options=options, block_size=block_size,
