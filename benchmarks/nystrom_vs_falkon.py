@@ -205,6 +205,13 @@ def streamed_pass(threads, n=50_000, M=1000):
     err = float((out - ref).norm() / ref.norm())
     print(f"streamed float32 pass n={n} M={M}: best {min(times):.3f} s, "
           f"relative error vs float64 {err:.1e}")
+    from kernelflow.solvers.nystrom import _lower_gram
+
+    L = torch.randn(3000, 3000, dtype=torch.float64, generator=g).tril_()
+    for name, fn in (("full GEMM L^T L", lambda: L.T @ L), ("triangular", lambda: _lower_gram(L))):
+        t0 = time.perf_counter()
+        fn()
+        print(f"preconditioner product, M=3000, {name}: {time.perf_counter() - t0:.2f} s")
 
 
 def main():
