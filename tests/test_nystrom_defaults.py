@@ -174,3 +174,15 @@ def test_partial_kernel_cache_gives_the_stored_solution():
                           block_size=256, solver=solver)
         K = k(X, C)
         assert float((K @ (sol.coef - ref.coef)).norm() / (K @ ref.coef).norm()) < 1e-8
+
+
+def test_verbose_reports_passes_residual_and_time_left(caplog):
+    import logging
+
+    X, y = _small_penalty_data(600)
+    with caplog.at_level(logging.INFO, logger="kernelflow.solvers.nystrom"):
+        m = NystromKernelRidge(n_components=60, alpha=1e-3, sigma=1.5, solver="cg", verbose=2,
+                               random_state=0).fit(X, y)
+    lines = [r.getMessage() for r in caplog.records if "Nystrom CG pass" in r.getMessage()]
+    assert len(lines) == m.n_iter_
+    assert f"pass {m.n_iter_}/100" in lines[-1] and "residual" in lines[-1] and "left" in lines[-1]
