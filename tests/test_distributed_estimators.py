@@ -41,12 +41,14 @@ def _fits():
     """(name, estimator, data kind, n, cut): fitted on each process's rows and on all rows."""
     return [
         # median-heuristic bandwidth (sigma=None) from the global rows
-        ("nystrom_krr", NystromKernelRidge(20, alpha=1e-2, random_state=0, max_iter=200),
+        ("nystrom_krr", NystromKernelRidge(20, alpha=1e-2, random_state=0, max_iter=200,
+                                           solver="cg", tol=1e-12),
          "plain", N_NYS, CUT_NYS),
         ("nystrom_krr_ard", NystromKernelRidge(20, alpha=1e-2, sigma="ard", random_state=0,
                                                max_iter=200), "plain", N_NYS, CUT_NYS),
         ("nystrom_krr_weighted_2d", NystromKernelRidge(30, alpha=1e-2, sigma=1.0,
-                                                       random_state=0, max_iter=200),
+                                                       random_state=0, max_iter=200,
+                                                       solver="cg", tol=1e-12),
          "weighted_2d", N_NYS, CUT_NYS),
         ("nystrom_huber_early", NystromRobustRegressor(30, loss="huber", max_iter=20,
                                                        early_stopping=True, random_state=0),
@@ -153,7 +155,8 @@ def _worker():
     try:
         X, y = _data(N_NYS)
         part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
-        est = NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200)
+        est = NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200, solver="cg",
+                                 tol=1e-12)
         out["no_gather_nystrom"] = _summary(est.fit(X[part], y[part]), X[:40])
         X, y = _data(N_DS)
         part = slice(0, CUT_DS) if r == 0 else slice(CUT_DS, N_DS)
@@ -247,8 +250,9 @@ def test_beyond_the_gather_limit_fits_equal_the_data_source_fit(two_process):
 
     X, y = _data(N_NYS)
     with _one_thread():
-        ref = _summary(NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200).fit(
-            ArraySource(X, y)), X[:40])
+        ref = _summary(NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200,
+                                          solver="cg", tol=1e-12).fit(ArraySource(X, y)),
+                       X[:40])
     X2, y2 = _data(N_DS)
     # the bandwidth from _BANDWIDTH_ROWS rows drawn by global position (here: all of them)
     assert N_DS <= _BANDWIDTH_ROWS

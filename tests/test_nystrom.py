@@ -37,7 +37,7 @@ def _data(n=500, d=3, seed=0, noise=0.1, t=1):
 def test_preconditioner_is_exact_with_all_points_as_centres():
     X, _ = _data(120)
     k, n, lam = Gaussian(1.5), 120, 1e-2
-    P = nystrom_preconditioner(k, X, lam)
+    P = nystrom_preconditioner(k, X, lam, jitter=0.0)
     K = k(X)
     H = K @ K / n + lam * K
     B = P.apply(torch.eye(n, dtype=F64))
@@ -153,12 +153,12 @@ def test_all_training_points_as_centres_equal_exact_krr():
     for sw in (None, w):
         krr = KernelRidge(alpha=0.3, sigma=1.5).fit(X.numpy(), y.numpy(), sample_weight=sw)
         ny = NystromKernelRidge(n_components=200, landmarks=X.numpy(), alpha=0.3, sigma=1.5,
-                                tol=1e-14, max_iter=50).fit(X.numpy(), y.numpy(),
+                                tol=1e-14, max_iter=50, solver="cg").fit(X.numpy(), y.numpy(),
                                                             sample_weight=sw)
         p, q = ny.predict(Xt.numpy()), krr.predict(Xt.numpy())
         assert np.abs(p - q).max() <= 1e-6 * np.abs(q).max()
         if sw is None:
-            assert ny.n_iter_ <= 2  # the preconditioner is exact here
+            assert ny.n_iter_ <= 3  # exact up to its tiny jitter
 
 
 def test_estimator_multi_output_equals_separate_fits():
@@ -208,7 +208,7 @@ def test_estimator_early_stopping_and_warm_start():
     assert len(m.validation_scores_) == m.n_iter_ + 1
     assert m.best_iteration_ == int(np.argmin(m.validation_scores_))
     w = NystromKernelRidge(n_components=40, alpha=1.0, sigma=1.0, tol=1e-8, random_state=0,
-                           warm_start=True).fit(X, y)
+                           solver="cg", warm_start=True).fit(X, y)
     first = w.n_iter_
     w.fit(X, y)
     assert first > 3 and w.n_iter_ <= 1
@@ -217,7 +217,7 @@ def test_estimator_early_stopping_and_warm_start():
 def test_convergence_warning():
     X, y = _data(200)
     with pytest.warns(ConvergenceWarning):
-        NystromKernelRidge(n_components=50, alpha=1e-6, sigma=1.0, max_iter=2,
+        NystromKernelRidge(n_components=50, alpha=1e-6, sigma=1.0, max_iter=2, solver="cg",
                            tol=1e-14).fit(X, y)
 
 

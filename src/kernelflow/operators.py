@@ -388,6 +388,19 @@ class KernelOperator:
         Vc = V.to(self.dtype)
         out = torch.zeros(n2, V.shape[1], dtype=acc, device=self.device)
         bn, _ = self._tiles(V.shape[1], full_rows=True)
+        if self.dtype == torch.float32 and acc == torch.float64:
+            # both products on the float32 tile (no up-cast of the tile); each tile's sum over
+            # its rows (a few thousand) is added to the float64 output
+            for i0 in range(0, n1, bn):
+                i1 = min(i0 + bn, n1)
+                T = self._tile(i0, i1, 0, n2)
+                U = torch.mm(T, Vc)
+                if W is not None:
+                    U += W[i0:i1].to(self.dtype)
+                if row_weights is not None:
+                    U *= row_weights[i0:i1].to(self.dtype).reshape(-1, 1)
+                out += torch.mm(T.T, U).to(acc)
+            return out[:, 0] if squeeze else out
         Vc = V.to(acc) if acc != self.dtype else Vc
         for i0 in range(0, n1, bn):
             i1 = min(i0 + bn, n1)

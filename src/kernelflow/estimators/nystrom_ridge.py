@@ -101,12 +101,14 @@ def _candidate_pool(source: DataSource, pool, sw, k, rng):
 def _select_centers(estimator, pool, kernel, rng):
     """Centres from ``estimator.landmarks``; duplicates are removed (they add nothing)."""
     # Selecting from the distinct rows makes integer weights equivalent to repeated rows, and
-    # torch.unique sorts them, so the candidates do not depend on the row order either.
-    pool = torch.unique(pool.to(torch.float64), dim=0)
-    k = min(int(estimator.n_components), pool.shape[0])
+    # torch.unique sorts them, so the candidates do not depend on the row order either. Given
+    # centres do not depend on the pool: skip the sort of all rows.
     landmarks = estimator.landmarks
     if isinstance(landmarks, np.ndarray | torch.Tensor | list | tuple):
-        k = None
+        k, pool = None, pool[:1].to(torch.float64)  # only its width and dtype are read
+    else:
+        pool = torch.unique(pool.to(torch.float64), dim=0)
+        k = min(int(estimator.n_components), pool.shape[0])
     seed = int(rng.randint(0, 2**31 - 1))
     C = resolve_centers(landmarks, pool, kernel, k, random_state=seed).centers
     C = torch.unique(C.to(torch.float64), dim=0)
@@ -236,7 +238,11 @@ class NystromKernelRidge(_NystromBase):
     max_iter : int, default=100
         Maximum conjugate-gradient iterations (passes over the data).
     tol : float, default=None
-        Relative residual tolerance; None means 1e-7 with float32 products, 1e-12 with float64.
+        CG stops when the relative residual of the preconditioned system falls below ``tol`` or
+        when the relative change of the fitted function (measured in preconditioned
+        coordinates) stays below ``tol`` for two consecutive passes. None means 1e-3 (calibrated
+        in ``docs/performance/nystrom.md``: further passes changed the test error by less than
+        0.1 %).
     early_stopping : bool, default=False
         Hold out ``validation_fraction`` of the rows, keep the iterate with the lowest validation
         error and stop after ``n_iter_no_change`` iterations without improvement (iterations
@@ -253,6 +259,8 @@ class NystromKernelRidge(_NystromBase):
     random_state : int, RandomState instance or None, default=None
         Seeds the centre selection and the validation split.
     verbose : int, default=0
+        > 0 shows a progress bar (passes, relative residual, change, estimated time left);
+        > 1 also logs one line per pass.
     options : Options, default=None
         Engine options (memory budget, device, ...).
     distributed : {"auto", "on", "off"} or bool, default="auto"
@@ -267,6 +275,11 @@ class NystromKernelRidge(_NystromBase):
         validation error or on the Nyström (Titsias) marginal likelihood (at most 20000 rows;
         :func:`kernelflow.hyperparameters.learn_hyperparameters`); sets ``sigma_``, ``alpha_``
         and ``hyperparameters_``. Needs in-memory arrays.
+    solver : {"auto", "cg", "direct"}, default="auto"
+        "direct" accumulates K_nM^T D K_nM in one pass and solves the preconditioned M x M
+        system densely (exact, O(n M^2 + M^3)); "cg" runs preconditioned conjugate gradients;
+        "auto" picks the cheaper from a cost model (direct up to about 1000 centres, CG
+        beyond) and always CG with ``early_stopping``.
 
     Attributes
     ----------
@@ -275,8 +288,14 @@ class NystromKernelRidge(_NystromBase):
     intercept_ : tensor of shape () or (n_targets,)
     kernel_ : Kernel
     n_iter_ : int
-        Conjugate-gradient iterations run.
+        Conjugate-gradient iterations run (1 for the direct solver).
     converged_ : bool
+        False when CG stopped at ``max_iter`` before meeting ``tol`` (a ConvergenceWarning is
+        issued then).
+    residual_ : float
+        Final relative residual of the preconditioned system.
+    solver_ : str
+        The solver that ran, "cg" or "direct".
     residual_norms_ : list of float
     validation_scores_ : list of float
         Validation mean squared error per iteration (empty without early stopping).
@@ -313,13 +332,15 @@ class NystromKernelRidge(_NystromBase):
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="neither"), None],
         "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
+        "solver": [StrOptions({"auto", "cg", "direct"})],
     }
 
     def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100,
                  tol=None, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
-                 options=None, distributed="auto", learn_hyperparameters=None):
+                 options=None, distributed="auto", learn_hyperparameters=None,
+                 solver="auto"):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -342,6 +363,7 @@ class NystromKernelRidge(_NystromBase):
         self.options = options
         self.distributed = distributed
         self.learn_hyperparameters = learn_hyperparameters
+        self.solver = solver
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -379,14 +401,17 @@ class NystromKernelRidge(_NystromBase):
         train, val = _split(self, source, rng)
         sol = nystrom_krr(
             train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
-            max_iter=self.max_iter, tol=self.tol, validation=val,
+            max_iter=self.max_iter, tol=self.tol, validation=val, solver=self.solver,
             n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
             block_size=self.block_size, verbose=self.verbose,
         )
         if not sol.converged and not sol.stopped_early:
+            tol = sol.tolerance
             warnings.warn(
-                f"Nyström CG did not reach tol within max_iter={self.max_iter} iterations "
-                f"(relative residual {sol.residual_norms[-1]:.2e}); increase max_iter or tol.",
+                f"Nyström CG stopped at max_iter={self.max_iter} with relative residual "
+                f"{sol.residual:.2e} above tol={tol:.1e}: the model may be inaccurate. Increase "
+                f"max_iter, loosen tol, use a larger alpha, dtype='float64', or "
+                f"solver='direct'.",
                 ConvergenceWarning, stacklevel=2,
             )
         single = t == 1 and self._y_1d
@@ -396,6 +421,8 @@ class NystromKernelRidge(_NystromBase):
         self.intercept_ = intercept[0].clone() if single else intercept
         self.n_iter_ = sol.n_iter
         self.converged_ = bool(sol.converged)
+        self.residual_ = float(sol.residual)
+        self.solver_ = sol.solver
         self.residual_norms_ = list(sol.residual_norms)
         self.validation_scores_ = list(sol.validation_mse)
         self.best_iteration_ = int(sol.best_iter)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -57,6 +58,8 @@ __all__ = [
     "nystrom_predict",
     "nystrom_validation_mse",
     "nystrom_direct",
+    "nystrom_gram",
+    "choose_solver",
     "nystrom_krr",
     "block_rows",
 ]
@@ -109,8 +112,17 @@ class NystromPreconditioner:
     def inverse(self, a: torch.Tensor) -> torch.Tensor:  # (M, t) -> (M, t): B^{-1} a = A T a
         return self.R.T @ (self.L.T @ a)
 
-    def system(self, beta: torch.Tensor, gram_v: torch.Tensor) -> torch.Tensor:
-        """B^T (H / W) B beta from gram_v = K_nM^T D K_nM (B beta) / W (one streamed product)."""
+    def system(self, beta: torch.Tensor, gram_v: torch.Tensor,
+               u: torch.Tensor | None = None) -> torch.Tensor:
+        """B^T (H / W) B beta from gram_v = K_nM^T D K_nM u / W, u = B beta (one streamed product).
+
+        K_MM = L L^T - jitter I, so the penalty term lam L^{-1} K_MM B beta is
+        lam (R^{-T} beta - jitter L^{-1} u): ``u`` is needed when jitter was added.
+        """
+        if self.jitter and u is None:
+            u = self.apply(beta)
+        if self.jitter:
+            gram_v = gram_v - (self.lam * self.jitter) * u
         v = torch.linalg.solve_triangular(self.L, gram_v, upper=False)
         v = v + self.lam * torch.linalg.solve_triangular(self.R.T, beta, upper=True)
         return torch.linalg.solve_triangular(self.R, v, upper=False)
@@ -127,9 +139,53 @@ def _factor(build) -> tuple[torch.Tensor, float]:
     return cholesky(build(), warn=False)
 
 
+#: Floor tau on the smallest eigenvalue of the preconditioner's inverse, relative to
+#: mean(diag K_MM)^2, by the precision of the kernel products: the jitter j added to K_MM is the
+#: smallest with j^2 / M + lam j >= tau mean(diag K_MM)^2 (see :func:`nystrom_preconditioner`).
+PRECONDITIONER_EPS = {torch.float64: 1e-12, torch.float32: 1e-9}
+
+
+def preconditioner_jitter(lam: float, n_centers: int, scale: float,
+                          dtype: torch.dtype = _F64) -> float:
+    """Jitter j with j^2 / M + lam j = tau scale^2: bounds ||B||^2 by 1 / (tau scale^2).
+
+    Negligible when lam is not tiny (then the preconditioner stays exact with all points as
+    centres); of order sqrt(tau M) scale for tiny lam.
+
+    Examples
+    --------
+    >>> j = preconditioner_jitter(5e-11, 500, 1.0)
+    >>> round(j ** 2 / 500 + 5e-11 * j, 15)
+    1e-12
+    """
+    tau = PRECONDITIONER_EPS.get(dtype, PRECONDITIONER_EPS[torch.float32]) * scale * scale
+    M = float(n_centers)
+    return 2.0 * tau / (lam + math.sqrt(lam * lam + 4.0 * tau / M))
+
+
+def _lower_gram(L: torch.Tensor, block: int = 512) -> torch.Tensor:
+    """L^T L for a lower-triangular L, skipping its zero upper triangle (about M^3/3 flops)."""
+    M = L.shape[0]
+    S = torch.zeros(M, M, dtype=L.dtype, device=L.device)
+    for r0 in range(0, M, block):
+        r1 = min(r0 + block, M)
+        Lb = L[r0:r1, :r1]
+        S[:r1, :r1].addmm_(Lb.T, Lb)
+    return S
+
+
 def nystrom_preconditioner(kernel: Kernel, centers: torch.Tensor, lam: float, *,
-                           options: Options | None = None) -> NystromPreconditioner:
+                           options: Options | None = None, jitter: float | None = None,
+                           dtype: torch.dtype = _F64) -> NystromPreconditioner:
     """Build the preconditioner (2) in float64. Cost O(M^2 d + M^3), memory 3 M^2 floats.
+
+    ``jitter`` (default :func:`preconditioner_jitter`, ``dtype`` the precision of the kernel
+    products) is added to K_MM
+    before factorising it. It changes only B, not the system (1): with nearly collinear centres
+    and a tiny penalty, B built from the exact factor has a norm of order lam^(-1/2), and the
+    rounding errors of every product K_nM (B beta) then stall CG far from the solution (test R^2
+    0.89 instead of 0.99 with 500 centres, alpha = 1e-6). The jitter bounds ||B||; the directions
+    it leaves unpreconditioned are those whose functions are nearly zero on the data.
 
     Deterministic in (kernel, centres, lam), so every process of a data-parallel run builds the
     same one.
@@ -139,7 +195,7 @@ def nystrom_preconditioner(kernel: Kernel, centers: torch.Tensor, lam: float, *,
     >>> import torch
     >>> from kernelflow.kernels import Gaussian
     >>> C = torch.linspace(0, 1, 5, dtype=torch.float64).reshape(-1, 1)
-    >>> P = nystrom_preconditioner(Gaussian(0.5), C, 1e-3)
+    >>> P = nystrom_preconditioner(Gaussian(0.5), C, 1e-3, jitter=0.0)
     >>> K = Gaussian(0.5)(C)
     >>> Pinv = K @ K / 5 + 1e-3 * K              # B B^T = Pinv^{-1}
     >>> B = P.apply(torch.eye(5, dtype=torch.float64))
@@ -150,14 +206,25 @@ def nystrom_preconditioner(kernel: Kernel, centers: torch.Tensor, lam: float, *,
         raise ValueError(f"the preconditioner needs lam > 0, got {lam}.")
     C = centers.to(_F64)
     M = C.shape[0]
-    # K(C, C) as a general block: one M x M buffer (the symmetrised form needs three), and the
-    # Cholesky factorisation reads only its lower triangle.
-    L, jitter = _factor(lambda: KernelOperator(kernel, C, C, options=options).to_dense())
-    if jitter:  # expected for smooth kernels and many centres; only B changes, not (1)
+    extra = {"j": 0.0}
+
+    def kmm():
+        # K(C, C) as a general block: one M x M buffer (the symmetrised form needs three), and
+        # the Cholesky factorisation reads only its lower triangle.
+        K = KernelOperator(kernel, C, C, options=options).to_dense()
+        d = K.diagonal()
+        extra["j"] = (preconditioner_jitter(lam, M, float(d.abs().mean()), dtype)
+                      if jitter is None else float(jitter))
+        d.add_(extra["j"])
+        return K
+
+    L, more = _factor(kmm)
+    jitter = extra["j"] + more
+    if more:  # only B changes, not (1)
         logger.debug("K_MM needed jitter %.3g", jitter)
 
     def shifted():
-        S = L.T @ L
+        S = _lower_gram(L)
         S /= M
         S.diagonal().add_(lam)
         return S
@@ -220,25 +287,55 @@ class _DenseBlock:
         return self.t_matmul(U)
 
 
+class _PartialCache:
+    """The first row blocks of K(X, C) stored, the others recomputed on every pass.
+
+    Iterating yields ``(operator, Block)`` pairs like a full cache: stored blocks first (as
+    :class:`_DenseBlock`), then a :class:`KernelOperator` for every remaining block.
+    """
+
+    def __init__(self, stored, source, kernel, C, options, rows, dtype):
+        self.stored, self.source, self.kernel = stored, source, kernel
+        self.C, self.options, self.rows, self.dtype = C, options, rows, dtype
+
+    def __iter__(self):
+        yield from self.stored
+        for i, b in enumerate(_blocks(self.source, self.dtype, self.options, self.rows)):
+            if i >= len(self.stored):
+                yield KernelOperator(self.kernel, b.X, self.C, options=self.options), b
+
+
 def nystrom_kernel_cache(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
                          dtype: torch.dtype = _F64, options: Options | None = None,
                          block_size: int | None = None, fraction: float = 0.5):
-    """K(X_b, C) for every block, stored, if n M entries fit in ``fraction`` of the budget.
+    """K(X_b, C) for as many row blocks as fit in ``fraction`` of the budget, stored.
 
     Returns a list of ``(block operator, Block)`` pairs accepted by the streamed passes (their
-    ``cache`` argument), or None when it does not fit (then every pass recomputes the tiles).
+    ``cache`` argument) when all blocks fit; when only some do, an iterable that yields the
+    stored blocks and then recomputes the others on every pass; None when not one block fits.
     Storing turns each CG iteration from n M kernel evaluations into two memory-bound products,
-    as Falkon does when K_nM fits. Cost O(n M d) once, memory n M entries.
+    as Falkon does when K_nM fits. Cost O(n M d) once, memory at most ``fraction`` of the budget.
     """
     C = centers.to(dtype)
+    M = C.shape[0]
     item = torch.empty((), dtype=dtype).element_size()
     # a shard stores only the rows this process holds
     n_rows = getattr(source, "n_local", source.n_samples)
-    if n_rows * C.shape[0] * item > fraction * memory_budget(options):
+    rows = block_rows(source.n_features, M, dtype, options, block_size)
+    room = fraction * memory_budget(options)
+    if n_rows * M * item <= room:
+        return [(_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
+                for b in _blocks(source, dtype, options, rows)]
+    n_blocks = int(room // (rows * M * item))
+    if n_blocks == 0:
         return None
-    rows = block_rows(source.n_features, C.shape[0], dtype, options, block_size)
-    return [(_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
-            for b in _blocks(source, dtype, options, rows)]
+    stored = []
+    for b in _blocks(source, dtype, options, rows):
+        if len(stored) >= n_blocks:
+            break
+        stored.append((_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()),
+                       b))
+    return _PartialCache(stored, source, kernel, C, options, rows, dtype)
 
 
 def _kernel_blocks(source, kernel, C, dtype, options, block_size, cache):
@@ -348,6 +445,75 @@ def nystrom_direct(source: DataSource, kernel: Kernel, centers: torch.Tensor, al
 
 
 # ---- the solver --------------------------------------------------------------------------------
+#: Default stopping tolerance by precision of the kernel products (see :func:`nystrom_krr`).
+DEFAULT_TOL = {torch.float64: 1e-3, torch.float32: 1e-3}
+
+#: How many times faster a dense product (GEMM) runs per flop than the memory-bound products of a
+#: CG pass over a stored K_nM, and the iterations a default CG run takes: the cost model of
+#: ``solver="auto"`` (calibrated with ``benchmarks/nystrom_vs_falkon.py --quick``: at n = 20 000
+#: the two solvers took the same time at M = 1000 with K_nM stored).
+_GEMM_SPEEDUP = 12.0
+_EXPECTED_ITERS = 40
+
+
+def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool) -> str:
+    """``"direct"`` when one n M^2 pass plus O(M^3) is cheaper than the CG passes, else ``"cg"``.
+
+    With K_nM stored a CG pass is two memory-bound products (2 n M slow flops); streamed, it also
+    recomputes every kernel entry (n M (d + 20) flops, the exponential counted as 20).
+
+    Examples
+    --------
+    >>> choose_solver(100_000, 200, 9, stored=True), choose_solver(100_000, 5000, 9, stored=True)
+    ('direct', 'cg')
+    """
+    n, M = float(n), float(n_centers)
+    direct = (n * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP
+    per_pass = 2.0 * n * M if stored else n * M * (n_features + 22.0) / _GEMM_SPEEDUP
+    return "direct" if direct <= _EXPECTED_ITERS * per_pass else "cg"
+
+
+def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
+                 dtype: torch.dtype = _F64, options: Options | None = None,
+                 block_size: int | None = None, cache=None) -> torch.Tensor:
+    """K_nM^T D K_nM (M, M), float64, all-reduced: one pass; kernel values in ``dtype``, every
+    product in float64 (a float32 Gram loses the small eigenvalues that a small penalty needs).
+    Cost O(n M (M + d)), memory O(M^2) plus a block.
+    """
+    C = centers.to(dtype)
+    M = C.shape[0]
+    G = torch.zeros(M, M, dtype=_F64)
+    item = torch.empty((), dtype=dtype).element_size()
+    if cache is None:
+        rows = block_rows(source.n_features, M, dtype, options, block_size)
+        rows = max(1, min(rows, memory_budget(options) // (4 * item * M)))
+        blocks = ((_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
+                  for b in _blocks(source, dtype, options, rows))
+    else:
+        blocks = iter(cache)
+    for op, b in blocks:
+        for s in range(0, b.X.shape[0], 2048):
+            e = min(s + 2048, b.X.shape[0])
+            Kc = op.K[s:e] if isinstance(op, _DenseBlock) else op.rows(torch.arange(s, e))
+            Kc = Kc.to(_F64)
+            Kw = Kc if b.sample_weight is None else (
+                Kc * b.sample_weight[s:s + 2048].to(Kc.dtype).reshape(-1, 1))
+            G += (Kw.T @ Kc).to(_F64)
+    G = all_reduce_sum(G)
+    return (G + G.T) / 2
+
+
+def _spd_solve(S: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """Solve S x = r for symmetric positive (semi-)definite S: Cholesky, else a clipped eigh."""
+    S = (S + S.T) / 2
+    L, info = torch.linalg.cholesky_ex(S)
+    if int(info) == 0:
+        return torch.cholesky_solve(r, L)
+    w, U = torch.linalg.eigh(S)
+    keep = w > w[-1] * torch.finfo(S.dtype).eps * S.shape[0]
+    return U[:, keep] @ ((U[:, keep].T @ r) / w[keep].reshape(-1, 1))
+
+
 @dataclass
 class NystromSolution:
     """Result of :func:`nystrom_krr`.
@@ -355,7 +521,9 @@ class NystromSolution:
     ``coef`` (M, t) float64 are the coefficients a of f(x) = K(x, C) a; ``residual_norms`` are the
     relative residuals of the (preconditioned) CG system; ``validation_mse`` has one entry per
     iteration (iteration 0 first) when a validation source was given; ``best_iter`` is the
-    iteration whose coefficients were kept.
+    iteration whose coefficients were kept; ``solver`` is ``"cg"`` or ``"direct"``;
+    ``residual`` is the final relative residual and ``stop_reason`` one of ``"residual"``,
+    ``"change"``, ``"validation"``, ``"callback"``, ``"max_iter"``, ``"direct"``.
     """
 
     coef: torch.Tensor
@@ -366,6 +534,10 @@ class NystromSolution:
     best_iter: int = 0
     total_weight: float = 0.0
     stopped_early: bool = False
+    solver: str = "cg"
+    residual: float = 0.0
+    stop_reason: str = "residual"
+    tolerance: float = 0.0
 
 
 def nystrom_krr(
@@ -378,6 +550,7 @@ def nystrom_krr(
     coef0: torch.Tensor | None = None,  # shape: (M, t)
     max_iter: int = 100,
     tol: float | None = None,
+    solver: str = "cg",
     preconditioner: bool | NystromPreconditioner = True,
     validation: DataSource | None = None,
     n_iter_no_change: int = 5,
@@ -388,7 +561,7 @@ def nystrom_krr(
     callback=None,
     verbose: int = 0,
 ) -> NystromSolution:
-    """Solve the Nyström normal equations (1) by (preconditioned) conjugate gradients.
+    """Solve the Nyström normal equations (1) by (preconditioned) conjugate gradients or directly.
 
     Parameters
     ----------
@@ -404,7 +577,15 @@ def nystrom_krr(
         Starting coefficients (warm start).
     max_iter : int, default=100
     tol : float, optional
-        Relative residual tolerance of the CG system; default ``options.cg_tolerance(dtype)``.
+        CG stops when the relative residual of the preconditioned system falls below ``tol``,
+        or when the relative change of the iterate (in preconditioned coordinates, where its
+        norm is the norm of the fitted function on the data) stays below ``tol`` for two
+        consecutive iterations. Default ``DEFAULT_TOL[dtype]`` (1e-3),
+        or ``options.cg_tol`` when set.
+    solver : {"cg", "direct", "auto"}, default="cg"
+        "direct" accumulates K_nM^T D K_nM in one pass and solves the preconditioned system
+        densely (exact; O(n M^2 + M^3)); "auto" picks the cheaper by :func:`choose_solver`.
+        Validation early stopping and ``callback`` need "cg" ("auto" then picks it).
     preconditioner : bool or NystromPreconditioner, default=True
         Falkon's preconditioner (2), a prebuilt one, or False for plain CG on (1).
     validation : DataSource, optional
@@ -418,6 +599,9 @@ def nystrom_krr(
         it when it takes at most half of the memory budget; False always streams.
     callback : callable, optional
         ``callback(k, coef)`` after each iteration; returning True stops.
+    verbose : int, default=0
+        > 0: progress bar with the residual, the change and the estimated time left; > 1 also
+        logs one line per iteration at INFO level.
 
     Returns
     -------
@@ -443,38 +627,66 @@ def nystrom_krr(
     """
     if source.n_outputs == 0:
         raise ValueError("the training source has no targets.")
+    if solver not in ("cg", "direct", "auto"):
+        raise ValueError(f"solver must be 'cg', 'direct' or 'auto', got {solver!r}.")
     C = centers.to(_F64)
     M, t = C.shape[0], source.n_outputs
-    W, _, _ = source_moments(source, block_size=block_size)
+    W, _, n_rows = source_moments(source, block_size=block_size)
     if not W > 0:
         raise ValueError("the total sample weight must be positive.")
     lam = float(alpha) / W
-    tol = (options or Options()).cg_tolerance(dtype) if tol is None else float(tol)
+    if tol is None:
+        cg_tol = (options or Options()).cg_tol
+        tol = DEFAULT_TOL.get(dtype, 1e-5) if cg_tol is None else float(cg_tol)
+    tol = float(tol)
     cache = val_cache = None
     if store_kernel is not False:
         frac = 1.0 if store_kernel else 0.5
         cache = nystrom_kernel_cache(source, kernel, C, dtype=dtype, options=options,
                                      block_size=block_size, fraction=frac)
-        if cache is not None and validation is not None:
-            val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
-                                             options=options, block_size=block_size,
-                                             fraction=frac / 4)
+    if solver == "auto":
+        solver = "cg" if (validation is not None or callback is not None) else choose_solver(
+            n_rows, M, source.n_features, stored=isinstance(cache, list))
+    if cache is not None and validation is not None:
+        val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
+                                         options=options, block_size=block_size,
+                                         fraction=frac / 4)
     b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
                     block_size=block_size, cache=cache) / W
+
+    if preconditioner is True or (solver == "direct" and not preconditioner):
+        P = nystrom_preconditioner(kernel, C, lam, options=options, dtype=dtype)
+    elif preconditioner is False or preconditioner is None:
+        P = None
+    else:
+        P = preconditioner
+
+    if solver == "direct":
+        G = nystrom_gram(source, kernel, C, dtype=dtype, options=options,
+                         block_size=block_size, cache=cache) / W
+        eye = torch.eye(M, dtype=_F64)
+        BI = P.apply(eye)
+        S = P.system(eye, G @ BI, BI)
+        rhs = P.apply_t(b)
+        beta = _spd_solve(S, rhs)
+        coef = P.apply(beta)
+        r = torch.linalg.vector_norm(rhs - S @ beta, dim=0) / torch.linalg.vector_norm(
+            rhs, dim=0).clamp_min(1e-300)
+        if not torch.isfinite(coef).all():
+            raise DivergenceError("the direct Nyström solve produced non-finite coefficients.")
+        res_val = float(r.max())
+        return NystromSolution(coef=coef, n_iter=1, converged=True, residual_norms=[1.0, res_val],
+                               total_weight=W, solver="direct", residual=res_val,
+                               stop_reason="direct", tolerance=tol)
 
     def gram(v):
         return nystrom_normal_matvec(source, kernel, C, v, dtype=dtype, options=options,
                                      block_size=block_size, cache=cache) / W
 
-    if preconditioner is True:
-        P = nystrom_preconditioner(kernel, C, lam, options=options)
-    elif preconditioner is False or preconditioner is None:
-        P = None
-    else:
-        P = preconditioner
     if P is not None:
         def matvec(beta):
-            return P.system(beta, gram(P.apply(beta)))
+            u = P.apply(beta)
+            return P.system(beta, gram(u), u)
 
         rhs = P.apply_t(b)
         x0 = None if coef0 is None else P.inverse(coef0.to(_F64).reshape(M, t))
@@ -492,7 +704,8 @@ def nystrom_krr(
             return a
 
     state = {"best": math.inf, "best_iter": 0, "best_coef": None, "since": 0, "scores": [],
-             "early": False}
+             "early": False, "prev": x0, "small": 0, "reason": "max_iter",
+             "t0": time.perf_counter(), "res": [1.0]}
 
     def score(k, coef):
         mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset, dtype=dtype,
@@ -507,17 +720,37 @@ def nystrom_krr(
     if validation is not None:
         score(0, torch.zeros(M, t, dtype=_F64) if coef0 is None else coef0.to(_F64).reshape(M, t))
 
-    bar = progress(total=max_iter, desc="Nystrom CG", verbose=verbose, unit="it")
+    bar = progress(total=max_iter, desc="Nystrom CG", verbose=verbose, unit="pass")
+    r_norm = torch.linalg.vector_norm(rhs, dim=0).clamp_min(1e-300)
 
     def cb(k, X, R):
+        res = float((torch.linalg.vector_norm(R, dim=0) / r_norm).max())
+        state["res"].append(res)
+        prev = state["prev"]
+        dx = X if prev is None else X - prev
+        change = float((torch.linalg.vector_norm(dx, dim=0)
+                        / torch.linalg.vector_norm(X, dim=0).clamp_min(1e-300)).max())
+        state["prev"] = X.clone()
+        state["small"] = state["small"] + 1 if change <= tol else 0
+        elapsed = time.perf_counter() - state["t0"]
+        eta = _eta(state["res"], tol, elapsed / k, max_iter - k)
+        bar.set_postfix(residual=f"{res:.2e}", change=f"{change:.1e}", eta=f"{eta:.0f}s")
         bar.update()
+        if verbose > 1:
+            logger.info("Nystrom CG pass %d/%d: residual %.3e, change %.2e, ~%.0f s left",
+                        k, max_iter, res, change, eta)
         stop = False
+        if state["small"] >= 2:
+            state["reason"] = "change"
+            stop = True
         if validation is not None or callback is not None:
             coef = to_coef(X)
             if validation is not None and score(k, coef):
                 state["early"] = True
+                state["reason"] = "validation"
                 stop = True
             if callback is not None and callback(k, coef):
+                state["reason"] = "callback"
                 stop = True
         return stop
 
@@ -529,7 +762,23 @@ def nystrom_krr(
         coef, best_iter = state["best_coef"], state["best_iter"]
     if not torch.isfinite(coef).all():
         raise DivergenceError("Nyström CG produced non-finite coefficients.")
-    logger.debug("Nystrom CG: %d iterations, residual %.3g", res.n_iter, res.residual_norms[-1])
-    return NystromSolution(coef=coef, n_iter=res.n_iter, converged=res.converged,
+    reason = "residual" if res.converged else state["reason"]
+    converged = res.converged or reason == "change"
+    logger.debug("Nystrom CG: %d iterations, residual %.3g, stopped by %s", res.n_iter,
+                 res.residual_norms[-1], reason)
+    return NystromSolution(coef=coef, n_iter=res.n_iter, converged=converged,
                            residual_norms=res.residual_norms, validation_mse=state["scores"],
-                           best_iter=best_iter, total_weight=W, stopped_early=state["early"])
+                           best_iter=best_iter, total_weight=W, stopped_early=state["early"],
+                           solver="cg", residual=float(res.residual_norms[-1]),
+                           stop_reason=reason, tolerance=tol)
+
+
+def _eta(res: list, tol: float, per_pass: float, left: int) -> float:
+    """Seconds left: passes to reach ``tol`` at the recent geometric rate (capped by max_iter)."""
+    if len(res) < 3 or res[-1] <= tol:
+        return per_pass * (0 if res[-1] <= tol else left)
+    k = min(5, len(res) - 1)
+    rate = (res[-1] / max(res[-1 - k], 1e-300)) ** (1.0 / k)
+    if not 0 < rate < 1:
+        return per_pass * left
+    return per_pass * min(left, math.ceil(math.log(tol / res[-1]) / math.log(rate)))
