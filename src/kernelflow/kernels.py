@@ -321,6 +321,8 @@ class Polynomial(Kernel):
             raise ValueError(f"Polynomial: degree must be positive, got {self.degree!r}.")
         if self.gamma is not None and not (isinstance(self.gamma, Real) and self.gamma > 0):
             raise ValueError(f"Polynomial: gamma must be positive or None, got {self.gamma!r}.")
+        if not isinstance(self.coef0, Real) or not math.isfinite(self.coef0):
+            raise ValueError(f"Polynomial: coef0 must be a finite number, got {self.coef0!r}.")
 
     def _block(self, P1, P2):
         g = 1.0 / P1.shape[1] if self.gamma is None else float(self.gamma)
