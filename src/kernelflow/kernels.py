@@ -161,7 +161,13 @@ class _DistanceKernel(Kernel):
             )
 
     def _prepare(self, X, side):
-        return X / float(self.sigma)
+        P = X / float(self.sigma)
+        top = float(P.abs().max()) if P.numel() else 0.0
+        if not top * 2.0 * math.sqrt(max(P.shape[-1], 1)) < math.sqrt(torch.finfo(P.dtype).max):
+            raise ValueError(f"{type(self).__name__}: X / sigma reaches {top:.3g} (sigma="
+                             f"{self.sigma!r}): squared distances overflow {P.dtype}; rescale X "
+                             "or use a larger sigma.")
+        return P
 
     def _sq_block(self, P1, P2):
         return sq_distances(P1, P2)

@@ -94,6 +94,10 @@ def check_points(X, *, name: str = "X") -> torch.Tensor:
         raise ValueError(f"{name} is empty (shape {tuple(T.shape)}).")
     if not bool(torch.isfinite(T).all()):
         raise ValueError(f"{name} contains NaN or infinity.")
+    top = float(T.abs().max())
+    if not top * 2.0 * math.sqrt(T.shape[1]) < math.sqrt(torch.finfo(T.dtype).max):
+        raise ValueError(f"{name} has values up to {top:.3g} in magnitude: squared distances "
+                         f"overflow {T.dtype}; rescale {name}.")
     return T
 
 

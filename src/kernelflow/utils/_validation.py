@@ -45,6 +45,22 @@ def _torch_checks(name: str, T: torch.Tensor, *, ndim: tuple[int, ...]) -> torch
     return T
 
 
+def _check_range(name: str, T: torch.Tensor, *, squares: int) -> None:
+    """Refuse finite values so large that sums of ``squares`` of their squares overflow.
+
+    Kernels and losses square their inputs (squared distances of X, squared residuals of y):
+    beyond sqrt(max float / squares) a finite input would turn into inf or NaN inside the fit.
+    """
+    if T.numel() == 0:
+        return
+    top = float(T.abs().max())
+    limit = math.sqrt(torch.finfo(T.dtype).max / max(squares, 1))
+    if not top < limit:
+        raise ValueError(f"Input {name} has values up to {top:.3g} in magnitude, beyond "
+                         f"{limit:.3g} where its squares overflow {T.dtype}; rescale {name} "
+                         "(e.g. with StandardScaler).")
+
+
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
 
 
@@ -121,7 +137,11 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
         )
         Xt = torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True))
         yt = torch.from_numpy(np.array(yn, dtype=np.float64, order="C", copy=True))
+        if y_numeric and not bool(torch.isfinite(yt).all()):  # object arrays skip sklearn's check
+            raise ValueError("Input y contains NaN or infinity.")
         kind = "numpy"
+    _check_range("X", Xt, squares=4 * Xt.shape[1])
+    _check_range("y", yt, squares=yt.shape[0])
     sw = None
     if sample_weight is not None:
         if isinstance(sample_weight, torch.Tensor):
@@ -142,10 +162,13 @@ def check_X(estimator, X, *, reset=False):
         if Xt.dtype not in (torch.float32, torch.float64):
             Xt = Xt.to(torch.float64)
         _set_n_features(estimator, Xt.shape[1], reset)
+        _check_range("X", Xt, squares=4 * Xt.shape[1])
         return Xt, "torch"
     _check_array_dtype("X", X)
     Xn = validate_data(estimator, X, reset=reset, dtype=np.float64)
-    return torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True)), "numpy"
+    Xt = torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True))
+    _check_range("X", Xt, squares=4 * Xt.shape[1])
+    return Xt, "numpy"
 
 
 def as_tensor(A, *, dtype=None, device=None) -> torch.Tensor:
