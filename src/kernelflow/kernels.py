@@ -161,6 +161,10 @@ class _DistanceKernel(Kernel):
             )
 
     def _prepare(self, X, side):
+        return self._scaled(X)
+
+    def _scaled(self, X):
+        """X / sigma, refused when its squared distances would overflow."""
         P = X / float(self.sigma)
         top = float(P.abs().max()) if P.numel() else 0.0
         if not top * 2.0 * math.sqrt(max(P.shape[-1], 1)) < math.sqrt(torch.finfo(P.dtype).max):
@@ -205,7 +209,7 @@ class Gaussian(_DistanceKernel):
     """
 
     def _prepare(self, X, side):
-        Xs = X / float(self.sigma)
+        Xs = self._scaled(X)
         half = 0.5 * (Xs * Xs).sum(1, keepdim=True)
         one = torch.ones_like(half)
         # <[x, -|x|^2/2, 1], [z, 1, -|z|^2/2]> = <x, z> - |x|^2/2 - |z|^2/2 = -|x - z|^2 / 2

@@ -65,13 +65,13 @@ _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, t
 
 
 def _check_array_dtype(name: str, A) -> None:
-    """Refuse complex, string and object arrays (and pandas frames of them) by dtype."""
+    """Refuse complex arrays (ValueError) and string arrays (TypeError), naming the dtype."""
     dtypes = getattr(A, "dtypes", None)
     if dtypes is not None and not isinstance(A, np.ndarray):  # pandas DataFrame or Series
         kinds = [np.dtype(d).kind if isinstance(d, np.dtype) else "O"
                  for d in (list(dtypes) if hasattr(dtypes, "__iter__") else [dtypes])]
         if any(k == "c" for k in kinds):
-            raise TypeError(f"{name} must be real, got a complex column.")
+            raise ValueError(f"Complex data not supported: {name} has a complex column.")
         return
     dt = getattr(A, "dtype", None)
     if dt is None:
@@ -79,8 +79,8 @@ def _check_array_dtype(name: str, A) -> None:
             raise TypeError(f"{name} must be array-like, got {type(A).__name__}.")
         return
     dt = np.dtype(dt) if not isinstance(dt, np.dtype) else dt
-    if dt.kind == "c":
-        raise TypeError(f"{name} must be real, got complex dtype {dt}.")
+    if dt.kind == "c":  # a ValueError with scikit-learn's wording (its estimator checks)
+        raise ValueError(f"Complex data not supported: {name} has dtype {dt}.")
     if dt.kind in "SUV":
         raise TypeError(f"{name} must be numeric, got dtype {dt}.")
 
