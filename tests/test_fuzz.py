@@ -84,6 +84,25 @@ NAMES = sorted(n for n in ESTIMATORS if not n.startswith("sklearn_"))
 ALLOWED = (ValueError, TypeError)
 
 
+#: cases executed in this process (printed at the end of the large profile)
+CASES = {"run": 0, "refused": 0, "ok": 0}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_case_count():
+    yield
+    if LARGE:
+        import sys
+
+        print(f"\nfuzz cases: {CASES['run']} run, {CASES['refused']} refused with "
+              f"ValueError/TypeError, {CASES['ok']} finite results", file=sys.__stderr__)
+
+
+def _count(outcome: str) -> None:
+    CASES["run"] += 1
+    CASES[outcome] += 1
+
+
 class _Hang(BaseException):
     """Raised by the per-case alarm (a BaseException, so no ``except Exception`` swallows it)."""
 
@@ -269,6 +288,7 @@ def _run(est, kind: str, X, y, X_new, n_new: int, describe: str) -> str:
     except ALLOWED as exc:
         msg = str(exc)
         assert msg.strip(), f"{describe}: {type(exc).__name__} without a message"
+        _count("refused")
         return "refused"
     except _Hang as exc:
         pytest.fail(f"{describe}: {exc}")
@@ -280,6 +300,7 @@ def _run(est, kind: str, X, y, X_new, n_new: int, describe: str) -> str:
         assert out.ndim <= 2, f"{describe}: {method} has shape {out.shape}"
         assert np.isfinite(out).all(), f"{describe}: {method} returned non-finite values " \
                                        f"{out.reshape(-1)[:6]}"
+    _count("ok")
     return "ok"
 
 
@@ -328,6 +349,7 @@ def test_estimator_hostile_parameters(name, data):
     try:
         est.set_params(**{key: value})
     except ALLOWED:
+        _count("refused")
         return
     kind = _kind(est)
     rng = np.random.RandomState(seed % (2**31))
@@ -382,6 +404,7 @@ def test_selector_hostile_input(name, data):
             out = sel.select(X, _kernel(c["kernel"]), c["k"], random_state=case["seed"] % 1000)
     except ALLOWED as exc:
         assert str(exc).strip(), f"{describe}: {type(exc).__name__} without a message"
+        _count("refused")
         return
     except _Hang as exc:
         pytest.fail(f"{describe}: {exc}")
@@ -397,6 +420,7 @@ def test_selector_hostile_input(name, data):
         assert idx.unique().numel() == idx.numel(), f"{describe}: repeated landmarks"
     if out.weights is not None:
         assert bool(torch.isfinite(out.weights.to(torch.float64)).all()), describe
+    _count("ok")
 
 
 # ---- deterministic regressions found by the fuzzer -----------------------------------------
