@@ -272,7 +272,15 @@ def _outputs(est, kind: str, X_new):
     """Every output method of the fitted estimator on ``X_new``: name -> array."""
     methods = {"transformer": ["transform"], "classifier": ["predict", "decision_function"],
                "outlier_detector": ["predict", "decision_function"]}.get(kind, ["predict"])
-    return {m: _as_numpy(getattr(est, m)(X_new)) for m in methods if hasattr(est, m)}
+    out = {}
+    for m in methods:
+        if hasattr(est, m):
+            res = getattr(est, m)(X_new)
+            # a classifier predicts class labels (any dtype): compared with classes_ below
+            labels = kind == "classifier" and m == "predict"
+            out[m] = np.asarray(res.detach().cpu() if isinstance(res, torch.Tensor) else res) \
+                if labels else _as_numpy(res)
+    return out
 
 
 def _run(est, kind: str, X, y, X_new, n_new: int, describe: str) -> str:
@@ -298,6 +306,9 @@ def _run(est, kind: str, X, y, X_new, n_new: int, describe: str) -> str:
         assert out.shape[:1] == (n_new,), f"{describe}: {method} shape {out.shape}, " \
                                           f"expected ({n_new}, ...)"
         assert out.ndim <= 2, f"{describe}: {method} has shape {out.shape}"
+        if kind == "classifier" and method == "predict":
+            assert np.isin(out, np.asarray(est.classes_)).all(), f"{describe}: labels {out}"
+            continue
         assert np.isfinite(out).all(), f"{describe}: {method} returned non-finite values " \
                                        f"{out.reshape(-1)[:6]}"
     _count("ok")

@@ -175,6 +175,19 @@ def _check_kernel(kernel):
                         f"{type(kernel).__name__}.")
 
 
+def _sample_weights(p: torch.Tensor) -> torch.Tensor:
+    """Sampling weights for k distinct draws: scores made finite, non-negative and positive.
+
+    A tiny floor keeps a few zero scores from making k distinct draws impossible; scores that
+    are all zero (identical points, or values that underflowed) give uniform weights.
+    """
+    p = torch.nan_to_num(p, nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0)
+    top = float(p.max()) if p.numel() else 0.0
+    if not top > 0:
+        return torch.ones_like(p)
+    return p + 1e-12 * top
+
+
 def _generator(random_state) -> torch.Generator:
     if isinstance(random_state, torch.Generator):
         return random_state

@@ -24,7 +24,7 @@ import math
 import torch
 
 from ._access import GramAccess, KernelGram, as_tensor, check_k
-from ._base import LandmarkSelector, Param, Selection, _generator
+from ._base import LandmarkSelector, Param, Selection, _generator, _sample_weights
 from .leverage import _block
 
 __all__ = ["BLESS", "bless"]
@@ -99,7 +99,7 @@ def bless(gram: GramAccess, k: int, *, q: float = 2.0, q1: float = 2.0, q2: floa
             break
     scores = _scores(gram, torch.arange(n), D, pi, lam, diag)
     w = scores.clamp(max=1.0)
-    w = w + 1e-12 * max(float(w.max()), 1e-300)
+    w = _sample_weights(w)
     idx = torch.multinomial(w, k, replacement=False, generator=generator)
     return (idx, scores, lam) if return_scores else idx
 
