@@ -371,3 +371,66 @@ def test_bad_inputs_raise_clear_errors(files):
         distributed_fit(Ridge(), X, y)
     with pytest.raises(ValueError, match="nprocs"):
         spawn(_fit_and_die, 0)
+
+
+# ---- faults of the launcher itself ---------------------------------------------------------
+def _stop_rank_one():
+    """Process 1 stops itself (SIGSTOP); process 0 waits for it in a collective."""
+    import torch.distributed as dist
+
+    if rank() == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    dist.all_reduce(torch.ones(1))
+    return "finished"
+
+
+def test_stopped_process_is_killed_and_spawn_returns():
+    import multiprocessing as mp
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(DistributedError) as info:
+        spawn(_stop_rank_one, 2, timeout=2, grace=1, max_seconds=40)
+    msg = str(info.value)
+    assert "rank 0 error" in msg and "rank 1 hung" in msg
+    # SIGTERM stays pending on a stopped process: the launcher must have killed it
+    assert mp.active_children() == []
+    assert time.monotonic() - start < 40
+
+
+def _rank_one_sleeps():
+    import time
+
+    if rank() == 1:
+        time.sleep(600)
+    return rank()
+
+
+def test_hanging_process_ended_at_max_seconds():
+    import multiprocessing as mp
+
+    with pytest.raises(DistributedError, match="rank 1 hung: still running after max_seconds"):
+        spawn(_rank_one_sleeps, 2, timeout=30, max_seconds=3)
+    assert mp.active_children() == []
+
+
+def _world():
+    import torch.distributed as dist
+
+    return dist.get_world_size()
+
+
+def test_rendezvous_does_not_use_a_guessed_port(monkeypatch):
+    import socket
+
+    import kernelflow.distributed.launch as launch
+
+    # a port that is taken: the launcher must not depend on a probed port staying free
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        monkeypatch.setattr(launch, "free_port", lambda: busy.getsockname()[1])
+        assert spawn(_world, 2, timeout=20, max_seconds=40) == [2, 2]
+    finally:
+        busy.close()

@@ -302,7 +302,17 @@ class _DistanceKernel(Kernel):
             raise ValueError(f"{type(self).__name__}: {exc}") from None
 
     def _prepare(self, X, side):
-        return _scale(X, self.sigma)
+        return self._scaled(X)
+
+    def _scaled(self, X):
+        """X / sigma, refused when its squared distances would overflow."""
+        P = _scale(X, self.sigma)
+        top = float(P.detach().abs().max()) if P.numel() else 0.0
+        if not top * 2.0 * math.sqrt(max(P.shape[-1], 1)) < math.sqrt(torch.finfo(P.dtype).max):
+            raise ValueError(f"{type(self).__name__}: X / sigma reaches {top:.3g} (sigma="
+                             f"{self.sigma!r}): squared distances overflow {P.dtype}; rescale X "
+                             "or use a larger sigma.")
+        return P
 
     def _sq_block(self, P1, P2):
         return sq_distances(P1, P2)
@@ -340,7 +350,7 @@ class Gaussian(_DistanceKernel):
     """
 
     def _prepare(self, X, side):
-        Xs = _scale(X, self.sigma)
+        Xs = self._scaled(X)
         half = 0.5 * (Xs * Xs).sum(1, keepdim=True)
         one = torch.ones_like(half)
         # <[x, -|x|^2/2, 1], [z, 1, -|z|^2/2]> = <x, z> - |x|^2/2 - |z|^2/2 = -|x - z|^2 / 2
@@ -474,6 +484,8 @@ class Polynomial(Kernel):
             raise ValueError(f"Polynomial: degree must be positive, got {self.degree!r}.")
         if self.gamma is not None and not (isinstance(self.gamma, Real) and self.gamma > 0):
             raise ValueError(f"Polynomial: gamma must be positive or None, got {self.gamma!r}.")
+        if not isinstance(self.coef0, Real) or not math.isfinite(self.coef0):
+            raise ValueError(f"Polynomial: coef0 must be a finite number, got {self.coef0!r}.")
 
     def _block(self, P1, P2):
         g = 1.0 / P1.shape[1] if self.gamma is None else float(self.gamma)

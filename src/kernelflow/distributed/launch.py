@@ -66,7 +66,7 @@ def configured_timeout() -> float | None:
 
 def init_process_group(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
                        init_method: str | None = None, rank: int | None = None,
-                       world_size: int | None = None) -> None:
+                       world_size: int | None = None, store=None) -> None:
     """Initialise the default torch.distributed process group with a bounded timeout.
 
     Without ``init_method`` the rendezvous is read from the environment variables torchrun sets
@@ -83,7 +83,10 @@ def init_process_group(backend: str | None = None, *, timeout: float = DEFAULT_T
     init_method : str, optional
         E.g. ``"tcp://127.0.0.1:29500"``; default ``"env://"``.
     rank, world_size : int, optional
-        Needed with a ``tcp://`` init method.
+        Needed with a ``tcp://`` init method or a ``store``.
+    store : torch.distributed.Store, optional
+        A key-value store for the rendezvous instead of ``init_method`` (what :func:`spawn`
+        uses: a store served by the parent on a port the OS assigned, so no port is guessed).
 
     Examples
     --------
@@ -104,8 +107,12 @@ def init_process_group(backend: str | None = None, *, timeout: float = DEFAULT_T
         kwargs["rank"] = int(rank)
     if world_size is not None:
         kwargs["world_size"] = int(world_size)
-    dist.init_process_group(backend, init_method=init_method or "env://",
-                            timeout=datetime.timedelta(seconds=float(timeout)), **kwargs)
+    if store is not None:
+        kwargs["store"] = store
+    else:
+        kwargs["init_method"] = init_method or "env://"
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout)),
+                            **kwargs)
     _state["timeout"] = float(timeout)
     logger.debug("process group up: rank %d of %d (%s, timeout %.0f s)", dist.get_rank(),
                  dist.get_world_size(), backend, timeout)
@@ -125,7 +132,11 @@ def barrier() -> None:
 
 
 def free_port() -> int:
-    """A TCP port on localhost that is free right now (for a single-host rendezvous)."""
+    """A TCP port on localhost that is free right now (for a single-host rendezvous).
+
+    Another process may take it before it is used; :func:`spawn` does not rely on it (its
+    rendezvous store listens on a port the OS assigns).
+    """
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -185,8 +196,10 @@ def _child(rk: int, world: int, port: int, fn: Callable, args: tuple, timeout: f
     if threads is not None:
         torch.set_num_threads(int(threads))
     try:
-        init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rk,
-                           world_size=world, timeout=timeout)
+        # the parent serves the rendezvous store on ``port`` (bound before any child started)
+        store = dist.TCPStore("127.0.0.1", port, world, False,
+                              datetime.timedelta(seconds=float(timeout)))
+        init_process_group("gloo", store=store, rank=rk, world_size=world, timeout=timeout)
         out = fn(*args)
         results.put((rk, "ok", out))
     except BaseException as exc:  # report everything, including KeyboardInterrupt
@@ -220,6 +233,25 @@ def _context(start_method: str | None):
     return ctx
 
 
+def _end(procs) -> None:
+    """Make every process exit: join briefly, then SIGTERM, then SIGKILL.
+
+    SIGTERM stays pending on a stopped process (SIGSTOP, a debugger) and a process can ignore
+    it; SIGKILL ends both, so no child outlives :func:`spawn` (multiprocessing would otherwise
+    wait for it forever when the interpreter exits).
+    """
+    for p in procs:
+        p.join(timeout=1.0)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=2.0)
+        if p.is_alive():
+            p.kill()
+            p.join(timeout=5.0)
+
+
 def spawn(fn: Callable, nprocs: int = 2, args: Sequence = (), *, timeout: float = 60.0,
           threads: int | None = 1, grace: float = 10.0, max_seconds: float | None = None,
           start_method: str | None = None) -> list:
@@ -239,7 +271,8 @@ def spawn(fn: Callable, nprocs: int = 2, args: Sequence = (), *, timeout: float 
     threads : int or None, default=1
         ``torch.set_num_threads`` in every process (None keeps torch's default).
     grace : float, default=10
-        Seconds beyond ``timeout`` after a failure before the remaining processes are terminated.
+        Seconds beyond ``timeout`` after a failure before the remaining processes are terminated
+        (killed if they do not end within 2 s, e.g. a stopped process).
     max_seconds : float, optional
         Wall-clock limit of the whole run; processes still running then are terminated.
     start_method : {"forkserver", "spawn"} or None, default=None
@@ -265,7 +298,11 @@ def spawn(fn: Callable, nprocs: int = 2, args: Sequence = (), *, timeout: float 
                          "'forkserver' or 'spawn'.")
     ctx = _context(start_method)
     results = ctx.Queue()
-    port = free_port()
+    # the rendezvous store listens on a port the OS assigned and stays bound for the whole run,
+    # so no other process can take it between choosing and using it
+    store = dist.TCPStore("127.0.0.1", 0, int(nprocs), True,
+                          datetime.timedelta(seconds=float(timeout)), wait_for_workers=False)
+    port = int(store.port)
     procs = [ctx.Process(target=_child, args=(r, nprocs, port, fn, tuple(args), float(timeout),
                                               threads, results), daemon=True)
              for r in range(nprocs)]
@@ -306,11 +343,8 @@ def spawn(fn: Callable, nprocs: int = 2, args: Sequence = (), *, timeout: float 
                         done[rk] = ("hung", f"still running after max_seconds={max_seconds}; "
                                             "terminated")
     finally:
-        for p in procs:
-            p.join(timeout=1.0)
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=5.0)
+        _end(procs)
+        del store
     failed = {rk: v for rk, v in sorted(done.items()) if v[0] != "ok"}
     if failed:
         lines = [f"rank {rk} {status}: {str(msg).strip().splitlines()[0] if msg else ''}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from numbers import Integral, Real
 
 import torch
@@ -22,7 +23,7 @@ KERNEL_CONSTRAINTS = {
     "sigma": [Interval(Real, 0, None, closed="neither"), "array-like", StrOptions({"ard"}), None],
     "gamma": [Interval(Real, 0, None, closed="neither"), None],
     "degree": [Interval(Integral, 1, None, closed="left")],
-    "coef0": [Real],
+    "coef0": [Interval(Real, -math.inf, math.inf, closed="neither")],  # finite
     "fit_intercept": ["boolean"],
     "options": [Options, None],
 }

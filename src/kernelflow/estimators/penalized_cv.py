@@ -52,18 +52,22 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
     ----------
     penalty : {"linf", "l1", "l2"}, default="linf"
         The penalty P.
-    alphas : int or array-like of shape (n_alphas,), default=30
+    alphas : int or array-like of shape (n_alphas,), default=10
         Penalty grid (paper units), or its size: log-spaced lambda_max * [1e-6, 1] with
         lambda_max the smallest penalty giving alpha = 0 (||y||_1 for l_inf, ||y||_inf for l1).
-    sigmas : int or array-like of shape (n_sigmas,), default=30
+    sigmas : int or array-like of shape (n_sigmas,), default=10
         Bandwidth grid, or its size (log-spaced median * [1e-2, 1e2]).
     kernel : str or Kernel, default="rbf"
         A kernel with a bandwidth.
-    cv : int or list of array-like, default=10
+    cv : int or list of array-like, default=5
         Number of folds, or explicit validation index arrays.
-    max_iter : int, default=10000
-        Largest number of FISTA iterations per penalty.
-    tol : float, default=1e-6
+    max_iter : int, default=100
+        Largest number of FISTA iterations per penalty (grid and refit). On a nearly singular
+        kernel (wide bandwidth) and a small penalty the KKT tolerance is out of reach and every
+        penalty runs to this cap, so the grid costs up to n_alphas * max_iter batched
+        iterations: the cap, not the tolerance, bounds the default run. Raise it (with
+        ``tol``) for exact minimisers.
+    tol : float, default=1e-4
         KKT tolerance (gradient-mapping norm relative to max |y|).
     fit_intercept : bool, default=True
         Centre y by its mean (median for l_inf) and add it back when predicting.
@@ -133,8 +137,8 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         **KERNEL_CONSTRAINTS,
     }
 
-    def __init__(self, penalty="linf", *, alphas=30, sigmas=30, kernel="rbf", cv=10,
-                 max_iter=10000, tol=1e-6, fit_intercept=True, random_state=None, options=None,
+    def __init__(self, penalty="linf", *, alphas=10, sigmas=10, kernel="rbf", cv=5,
+                 max_iter=100, tol=1e-4, fit_intercept=True, random_state=None, options=None,
                  verbose=0, distributed="auto"):
         self.penalty = penalty
         self.alphas = alphas

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
 import torch
 
-from ._base import check_k
+from ._base import check_k, check_points
 
 logger = logging.getLogger(__name__)
 
@@ -27,27 +26,15 @@ __all__ = ["DenseGram", "FeatureGram", "GramAccess", "KernelGram", "as_tensor", 
 
 
 def as_tensor(X, *, name="X", dtype=None) -> torch.Tensor:
-    """Convert array-like input to a 2-D finite floating tensor, with clear errors."""
-    if isinstance(X, torch.Tensor):
-        T = X
-        if not torch.is_floating_point(T):
-            T = T.to(torch.float64)
-    else:
-        try:
-            arr = np.asarray(X)
-        except Exception as exc:  # pragma: no cover - exotic containers
-            raise TypeError(f"{name} must be array-like, got {type(X).__name__}") from exc
-        if arr.dtype == object or not np.issubdtype(arr.dtype, np.number):
-            raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}")
-        T = torch.as_tensor(np.asarray(arr, dtype=np.float64))
-    if dtype is not None:
+    """Convert array-like input to a 2-D finite real tensor, with clear errors.
+
+    See :func:`kernelflow.landmarks.check_points` for the accepted dtypes.
+    """
+    T = check_points(X, name=name)
+    if dtype is not None and T.dtype != dtype:
         T = T.to(dtype)
-    if T.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {tuple(T.shape)}")
-    if T.shape[0] == 0 or T.shape[1] == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(T.shape)})")
-    if not bool(torch.isfinite(T).all()):
-        raise ValueError(f"{name} contains NaN or infinity")
+        if not bool(torch.isfinite(T).all()):
+            raise ValueError(f"{name} contains values that overflow {dtype}.")
     return T
 
 

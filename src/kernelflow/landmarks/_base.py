@@ -8,8 +8,10 @@ accepts a selector name, a selector object or an explicit array of centres throu
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -17,7 +19,7 @@ import torch
 from ..kernels import Kernel
 
 __all__ = ["Selection", "LandmarkSelector", "Uniform", "SELECTORS", "register_selector",
-           "resolve_centers", "check_k"]
+           "resolve_centers", "check_k", "check_points", "Param", "check_param"]
 
 
 @dataclass
@@ -51,6 +53,142 @@ def check_k(k, n: int) -> int:
     return int(k)
 
 
+def check_points(X, *, name: str = "X") -> torch.Tensor:
+    """Validate selector input: a non-empty, finite, real 2-D array or tensor.
+
+    Tensors are detached (``requires_grad`` inputs are accepted). Integer and boolean inputs
+    become float64, float16 and bfloat16 become float32 (kernels are not defined in half
+    precision); complex, object and string inputs raise ``TypeError`` naming the dtype.
+
+    Examples
+    --------
+    >>> import torch
+    >>> check_points(torch.ones(3, 2, dtype=torch.float16)).dtype
+    torch.float32
+    >>> check_points([[1, 2], [3, 4]]).dtype
+    torch.float64
+    """
+    if isinstance(X, torch.Tensor):
+        T = X.detach()
+        if T.is_complex():
+            raise TypeError(f"{name} must be real, got complex dtype {T.dtype}.")
+        if T.dtype in (torch.float16, torch.bfloat16):
+            T = T.to(torch.float32)
+        elif not T.is_floating_point():
+            T = T.to(torch.float64)
+    else:
+        if hasattr(X, "dtypes") and hasattr(X, "to_numpy"):  # pandas
+            X = X.to_numpy()
+        try:
+            arr = np.asarray(X)
+        except Exception as exc:
+            raise TypeError(f"{name} must be array-like, got {type(X).__name__}.") from exc
+        if np.iscomplexobj(arr):
+            raise TypeError(f"{name} must be real, got complex dtype {arr.dtype}.")
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number)
+                                       or arr.dtype == np.bool_):
+            raise TypeError(f"{name} must be numeric, got dtype {arr.dtype}.")
+        T = torch.as_tensor(np.array(arr, dtype=np.float64))
+    if T.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {tuple(T.shape)}.")
+    if T.shape[0] == 0 or T.shape[1] == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(T.shape)}).")
+    if not bool(torch.isfinite(T).all()):
+        raise ValueError(f"{name} contains NaN or infinity.")
+    top = float(T.abs().max())
+    if not top * 2.0 * math.sqrt(T.shape[1]) < math.sqrt(torch.finfo(T.dtype).max):
+        raise ValueError(f"{name} has values up to {top:.3g} in magnitude: squared distances "
+                         f"overflow {T.dtype}; rescale {name}.")
+    return T
+
+
+@dataclass(frozen=True)
+class Param:
+    """Declared range of one selector hyperparameter (see :func:`check_param`).
+
+    ``kind`` is ``"int"``, ``"real"``, ``"bool"`` or ``"option"``; ``low``/``high`` bound
+    numbers (``None``: unbounded, but always finite), ``low_open``/``high_open`` exclude the
+    bound; ``options`` lists the allowed strings; ``none`` allows ``None``.
+    """
+
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    options: tuple = ()
+    none: bool = False
+
+    def describe(self) -> str:
+        if self.kind == "option":
+            return "one of " + ", ".join(map(repr, self.options))
+        if self.kind == "bool":
+            return "a bool"
+        what = "an integer" if self.kind == "int" else "a finite real number"
+        parts = []
+        if self.low is not None:
+            parts.append(f"{'>' if self.low_open else '>='} {self.low:g}")
+        if self.high is not None:
+            parts.append(f"{'<' if self.high_open else '<='} {self.high:g}")
+        return what + (" " + " and ".join(parts) if parts else "")
+
+
+def check_param(owner: str, name: str, value, spec: Param):
+    """Raise ``TypeError``/``ValueError`` naming ``owner.name`` unless ``value`` fits ``spec``.
+
+    Examples
+    --------
+    >>> check_param("BLESS", "q", 2.0, Param("real", 1, low_open=True))
+    2.0
+    >>> check_param("BLESS", "q", float("nan"), Param("real", 1, low_open=True))
+    Traceback (most recent call last):
+    ...
+    ValueError: BLESS: q must be a finite real number > 1, got nan.
+    """
+    if value is None and spec.none:
+        return value
+    msg = f"{owner}: {name} must be {spec.describe()}{' or None' if spec.none else ''}, got "
+    if spec.kind == "option":
+        if not isinstance(value, str) or value not in spec.options:
+            raise ValueError(msg + f"{value!r}.")
+        return value
+    if spec.kind == "bool":
+        if not isinstance(value, bool | np.bool_):
+            raise TypeError(msg + f"{type(value).__name__} {value!r}.")
+        return value
+    number = Integral if spec.kind == "int" else Real
+    if isinstance(value, bool | np.bool_) or not isinstance(value, number):
+        raise TypeError(msg + f"{type(value).__name__} {value!r}.")
+    v = float(value)
+    ok = math.isfinite(v)
+    if ok and spec.low is not None:
+        ok = v > spec.low if spec.low_open else v >= spec.low
+    if ok and spec.high is not None:
+        ok = v < spec.high if spec.high_open else v <= spec.high
+    if not ok:
+        raise ValueError(msg + f"{value!r}.")
+    return value
+
+
+def _check_kernel(kernel):
+    if not callable(kernel):
+        raise TypeError(f"kernel must be a Kernel (callable k(X, Z)), got "
+                        f"{type(kernel).__name__}.")
+
+
+def _sample_weights(p: torch.Tensor) -> torch.Tensor:
+    """Sampling weights for k distinct draws: scores made finite, non-negative and positive.
+
+    A tiny floor keeps a few zero scores from making k distinct draws impossible; scores that
+    are all zero (identical points, or values that underflowed) give uniform weights.
+    """
+    p = torch.nan_to_num(p, nan=0.0, posinf=0.0, neginf=0.0).clamp_min(0.0)
+    top = float(p.max()) if p.numel() else 0.0
+    if not top > 0:
+        return torch.ones_like(p)
+    return p + 1e-12 * top
+
+
 def _generator(random_state) -> torch.Generator:
     if isinstance(random_state, torch.Generator):
         return random_state
@@ -67,8 +205,23 @@ class LandmarkSelector:
     """Base class: subclasses implement :meth:`select`.
 
     Selectors are plain parameter objects (``get_params``) so estimators holding one can be
-    cloned.
+    cloned. Subclasses declare their hyperparameters in ``_param_spec`` (name ->
+    :class:`Param`); every ``select`` first checks them, then the points (:func:`check_points`),
+    the kernel and ``k`` (:func:`check_k`), so each selector receives a finite real tensor.
     """
+
+    _param_spec: dict = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "select" in cls.__dict__ and not getattr(cls.__dict__["select"], "_checked", False):
+            cls.select = _checked_select(cls.__dict__["select"])
+
+    def _check_params(self) -> None:
+        """Raise ``TypeError``/``ValueError`` for a hyperparameter outside its declared range."""
+        owner = type(self).__name__
+        for name, spec in self._param_spec.items():
+            check_param(owner, name, getattr(self, name), spec)
 
     def get_params(self, deep=True):
         import inspect
@@ -87,6 +240,19 @@ class LandmarkSelector:
 
     def select(self, X: torch.Tensor, kernel: Kernel, k: int, *, random_state=None) -> Selection:
         raise NotImplementedError
+
+
+def _checked_select(select):
+    @functools.wraps(select)
+    def wrapper(self, X, kernel, k, *, random_state=None):
+        self._check_params()
+        X = check_points(X)
+        _check_kernel(kernel)
+        check_k(k, X.shape[0])
+        return select(self, X, kernel, k, random_state=random_state)
+
+    wrapper._checked = True
+    return wrapper
 
 
 class Uniform(LandmarkSelector):

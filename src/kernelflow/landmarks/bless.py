@@ -24,7 +24,7 @@ import math
 import torch
 
 from ._access import GramAccess, KernelGram, as_tensor, check_k
-from ._base import LandmarkSelector, Selection, _generator
+from ._base import LandmarkSelector, Param, Selection, _generator, _sample_weights
 from .leverage import _block
 
 __all__ = ["BLESS", "bless"]
@@ -99,7 +99,7 @@ def bless(gram: GramAccess, k: int, *, q: float = 2.0, q1: float = 2.0, q2: floa
             break
     scores = _scores(gram, torch.arange(n), D, pi, lam, diag)
     w = scores.clamp(max=1.0)
-    w = w + 1e-12 * max(float(w.max()), 1e-300)
+    w = _sample_weights(w)
     idx = torch.multinomial(w, k, replacement=False, generator=generator)
     return (idx, scores, lam) if return_scores else idx
 
@@ -116,6 +116,9 @@ class BLESS(LandmarkSelector):
     >>> len(BLESS().select(X, Gaussian(1.0), 10, random_state=0).indices)
     10
     """
+
+    _param_spec = {"q": Param("real", 1, low_open=True), "q1": Param("real", 0, low_open=True),
+                   "q2": Param("real", 0, low_open=True)}
 
     def __init__(self, *, q=2.0, q1=2.0, q2=2.0):
         self.q = q

@@ -23,7 +23,7 @@ import logging
 import torch
 
 from ._access import GramAccess, KernelGram, as_tensor, check_k
-from ._base import LandmarkSelector, Selection, _generator
+from ._base import LandmarkSelector, Param, Selection, _generator
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +148,7 @@ def _factor_block(G: torch.Tensor, S: list[int], floor: float):
 
 class _CholeskySelector(LandmarkSelector):
     rule = "random"
+    _param_spec = {"block_size": Param("int", 1)}
 
     def __init__(self, *, block_size: int = 1):
         self.block_size = block_size

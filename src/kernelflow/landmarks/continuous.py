@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._access import DenseGram, FeatureGram, GramAccess, KernelGram, as_tensor, check_k
-from ._base import LandmarkSelector, Selection, _generator
+from ._base import LandmarkSelector, Param, Selection, _generator, check_points
 from ._relaxation import (
     frobenius_gradient,
     rademacher,
@@ -509,6 +509,25 @@ class ContinuousSelector(LandmarkSelector):
     [0, 2, 4]
     """
 
+    _param_spec = {
+        "loss": Param("option", options=("frobenius", "trace")),
+        "delta": Param("real", 0, low_open=True),
+        "n_mc": Param("int", 1),
+        "learning_rate": Param("real", 0, low_open=True),
+        "max_iter": Param("int", 1),
+        "threshold": Param("real", 0, 1, high_open=True),
+        "truncation": Param("real", 0, 1, high_open=True),
+        "max_search": Param("int", 1),
+        "k_tol": Param("real", 0),
+        "lam_init": Param("real", 0, low_open=True, none=True),
+        "gradient": Param("option", options=("stochastic", "exact")),
+        "solver": Param("option", options=("auto", "cg", "cholesky")),
+        "direct_max": Param("int", 0),
+        "cg_tol": Param("real", 0, low_open=True),
+        "cg_max_iter": Param("int", 1),
+        "cache": Param("bool"),
+    }
+
     def __init__(self, *, loss="frobenius", delta=0.1, n_mc=10, learning_rate=0.1,
                  max_iter=300, threshold=0.5, truncation=1e-3, max_search=12, k_tol=0.1,
                  lam_init=None, gradient="stochastic", solver="auto", direct_max=1000,
@@ -532,7 +551,8 @@ class ContinuousSelector(LandmarkSelector):
 
     def run(self, X, kernel, k, *, random_state=None) -> ContinuousResult:
         """The full search result (t*, probes, fallback used) for ``k`` landmarks."""
-        X = as_tensor(X)
+        self._check_params()
+        X = check_points(X)
         k = check_k(k, X.shape[0])
         gram = gram_for(X, kernel, cache=self.cache)
         delta = self.delta * float(gram.check_psd_diagonal().mean().clamp_min(1e-300))

@@ -21,7 +21,7 @@ import math
 import torch
 
 from ._access import DenseGram, GramAccess, as_tensor, check_k
-from ._base import LandmarkSelector, Selection, _generator
+from ._base import LandmarkSelector, Param, Selection, _generator
 
 __all__ = ["KDPP", "sample_kdpp"]
 
@@ -117,6 +117,8 @@ class KDPP(LandmarkSelector):
     >>> len(KDPP().select(X, Gaussian(1.0), 5, random_state=0).indices)
     5
     """
+
+    _param_spec = {"max_n": Param("int", 1)}
 
     def __init__(self, *, max_n: int = 5000):
         self.max_n = max_n

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ._access import DenseGram, GramAccess, as_tensor, check_k
-from ._base import LandmarkSelector, Selection
+from ._base import LandmarkSelector, Param, Selection
 
 __all__ = ["GreedySelector", "greedy_selection"]
 
@@ -104,6 +104,9 @@ class GreedySelector(LandmarkSelector):
     >>> len(GreedySelector().select(X, Gaussian(0.3), 4).indices)
     4
     """
+
+    _param_spec = {"criterion": Param("option", options=("trace", "frobenius")),
+                   "max_n": Param("int", 1)}
 
     def __init__(self, *, criterion: str = "trace", max_n: int = 20000):
         self.criterion = criterion

@@ -13,7 +13,7 @@ import logging
 import torch
 
 from ._access import as_tensor, check_k
-from ._base import LandmarkSelector, Selection, _generator
+from ._base import LandmarkSelector, Param, Selection, _generator
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ class KMeansCenters(LandmarkSelector):
     >>> tuple(sel.centers.shape), sel.indices is None, int(sel.weights.sum())
     ((4, 2), True, 100)
     """
+
+    _param_spec = {"n_init": Param("int", 1), "max_iter": Param("int", 1)}
 
     def __init__(self, *, n_init: int = 3, max_iter: int = 100):
         self.n_init = n_init

@@ -20,7 +20,7 @@ import math
 import torch
 
 from ._access import GramAccess, KernelGram, as_tensor, check_k
-from ._base import LandmarkSelector, Selection, _generator
+from ._base import LandmarkSelector, Selection, _generator, _sample_weights
 
 __all__ = ["RecursiveRLS", "recursive_rls", "ridge_leverage_scores"]
 
@@ -123,7 +123,7 @@ def recursive_rls(gram: GramAccess, k: int, *, generator=None, return_scores: bo
     # final draw over all points: exactly k distinct indices, probabilities ~ min(1, lev)
     p = lev.clamp(max=1.0)
     # a few zero scores must not make k distinct draws impossible
-    p = p + 1e-12 * max(float(p.max()), 1e-300)
+    p = _sample_weights(p)
     pick = torch.multinomial(p, k, replacement=False, generator=generator)
     idx = perm[pick]
     if return_scores:

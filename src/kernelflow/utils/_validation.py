@@ -22,6 +22,13 @@ __all__ = ["check_X_y", "check_X", "to_output", "output_kind", "OutputKind", "ch
 
 
 def _torch_checks(name: str, T: torch.Tensor, *, ndim: tuple[int, ...]) -> torch.Tensor:
+    """Shape, dtype and finiteness checks of a tensor input; returns a detached real tensor.
+
+    ``requires_grad`` tensors are detached; bool and integer tensors become float64, float16
+    and bfloat16 become float32 (kernels are not computed in half precision); complex and
+    other dtypes raise ``TypeError`` naming the dtype.
+    """
+    T = T.detach()
     if T.is_complex() or not (T.is_floating_point() or T.dtype in _INT_DTYPES):
         raise TypeError(f"{name} must be a real numeric tensor, got dtype {T.dtype}.")
     if T.ndim not in ndim:
@@ -33,7 +40,9 @@ def _torch_checks(name: str, T: torch.Tensor, *, ndim: tuple[int, ...]) -> torch
         raise ValueError(f"Found array with 0 sample(s) (shape={tuple(T.shape)}) in {name}.")
     if T.ndim == 2 and T.shape[1] == 0:
         raise ValueError(f"Found array with 0 feature(s) (shape={tuple(T.shape)}) in {name}.")
-    if not T.is_floating_point():
+    if T.dtype in (torch.float16, torch.bfloat16):
+        T = T.to(torch.float32)
+    elif not T.is_floating_point():
         T = T.to(torch.float64)
     if not torch.isfinite(T).all():
         raise ValueError(f"Input {name} contains NaN or infinity.")
@@ -41,6 +50,27 @@ def _torch_checks(name: str, T: torch.Tensor, *, ndim: tuple[int, ...]) -> torch
 
 
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+def _check_array_dtype(name: str, A) -> None:
+    """Refuse complex arrays (ValueError) and string arrays (TypeError), naming the dtype."""
+    dtypes = getattr(A, "dtypes", None)
+    if dtypes is not None and not isinstance(A, np.ndarray):  # pandas DataFrame or Series
+        kinds = [np.dtype(d).kind if isinstance(d, np.dtype) else "O"
+                 for d in (list(dtypes) if hasattr(dtypes, "__iter__") else [dtypes])]
+        if any(k == "c" for k in kinds):
+            raise ValueError(f"Complex data not supported: {name} has a complex column.")
+        return
+    dt = getattr(A, "dtype", None)
+    if dt is None:
+        if isinstance(A, str | bytes):
+            raise TypeError(f"{name} must be array-like, got {type(A).__name__}.")
+        return
+    dt = np.dtype(dt) if not isinstance(dt, np.dtype) else dt
+    if dt.kind == "c":  # a ValueError with scikit-learn's wording (its estimator checks)
+        raise ValueError(f"Complex data not supported: {name} has dtype {dt}.")
+    if dt.kind in "SUV":
+        raise TypeError(f"{name} must be numeric, got dtype {dt}.")
 
 
 def _set_n_features(estimator, n_features: int, reset: bool):
@@ -65,9 +95,14 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
     """
     if isinstance(X, torch.Tensor):
         Xt = _torch_checks("X", X, ndim=(2,))
-        yt = y if isinstance(y, torch.Tensor) else torch.as_tensor(np.asarray(y))
-        if yt is None:
+        if y is None:
             raise ValueError("y cannot be None.")
+        if not isinstance(y, torch.Tensor):
+            _check_array_dtype("y", y)
+            y_np = np.asarray(y)
+            if y_np.dtype.kind not in "biuf":
+                raise TypeError(f"y must be numeric, got dtype {y_np.dtype}.")
+        yt = y if isinstance(y, torch.Tensor) else torch.as_tensor(y_np)
         yt = _torch_checks("y", yt.to(Xt.device), ndim=(1, 2) if multi_output else (1,))
         if yt.shape[0] != Xt.shape[0]:
             raise ValueError(
@@ -79,22 +114,32 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
         _set_n_features(estimator, Xt.shape[1], reset)
         kind = output_kind(X)
     else:
+        _check_array_dtype("X", X)
+        if isinstance(y, torch.Tensor):
+            y = _torch_checks("y", y, ndim=(1, 2)).cpu().numpy()
+        else:
+            _check_array_dtype("y", y)
         Xn, yn = validate_data(
             estimator, X, y, reset=reset, multi_output=multi_output, y_numeric=y_numeric,
             dtype=np.float64,
         )
         Xt = torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True))
         yt = torch.from_numpy(np.array(yn, dtype=np.float64, order="C", copy=True))
+        if y_numeric and not bool(torch.isfinite(yt).all()):  # object arrays skip sklearn's check
+            raise ValueError("Input y contains NaN or infinity.")
         kind = output_kind(X)
+    check_magnitude("X", Xt, axis_count=4 * Xt.shape[1])
+    check_magnitude("y", yt, axis_count=yt.shape[0])
     sw = None
     if sample_weight is not None:
-        sw_np = sample_weight.detach().cpu().numpy() if isinstance(
-            sample_weight, torch.Tensor) else sample_weight
+        if isinstance(sample_weight, torch.Tensor):
+            sw_np = _torch_checks("sample_weight", sample_weight, ndim=(1,)).cpu().numpy()
+        else:
+            _check_array_dtype("sample_weight", sample_weight)
+            sw_np = sample_weight
         sw_np = _check_sample_weight(sw_np, np.empty(Xt.shape[0]), dtype=np.float64,
                                      ensure_non_negative=True)
         sw = torch.as_tensor(sw_np, dtype=Xt.dtype, device=Xt.device)
-    check_magnitude("X", Xt)
-    check_magnitude("y", yt, axis_count=yt.shape[0])
     return Xt, yt, sw, kind
 
 
@@ -105,18 +150,19 @@ def check_X(estimator, X, *, reset=False):
         if Xt.dtype not in (torch.float32, torch.float64):
             Xt = Xt.to(torch.float64)
         _set_n_features(estimator, Xt.shape[1], reset)
-        check_magnitude("X", Xt)
+        check_magnitude("X", Xt, axis_count=4 * Xt.shape[1])
         return Xt, output_kind(X)
+    _check_array_dtype("X", X)
     Xn = validate_data(estimator, X, reset=reset, dtype=np.float64)
-    check_magnitude("X", Xn)
     Xt = torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True))
+    check_magnitude("X", Xt, axis_count=4 * Xt.shape[1])
     return Xt, output_kind(X)
 
 
 def as_tensor(A, *, dtype=None, device=None) -> torch.Tensor:
-    """Array-like -> tensor (no copy when possible)."""
+    """Array-like -> tensor (no copy when possible; tensors are detached)."""
     if isinstance(A, torch.Tensor):
-        return A.to(dtype=dtype or A.dtype, device=device or A.device)
+        return A.detach().to(dtype=dtype or A.dtype, device=device or A.device)
     return torch.as_tensor(np.asarray(A), dtype=dtype, device=device)
 
 
@@ -139,7 +185,12 @@ class OutputKind(str):
 def output_kind(X: object) -> OutputKind:
     """The output rule for input ``X`` (see :func:`to_output`)."""
     if isinstance(X, torch.Tensor):
-        dtype = X.dtype if X.dtype in (torch.float32, torch.float64) else torch.float64
+        if X.dtype in (torch.float32, torch.float64):
+            dtype = X.dtype
+        elif X.dtype in (torch.float16, torch.bfloat16):  # computed in float32
+            dtype = torch.float32
+        else:
+            dtype = torch.float64
         return OutputKind("torch", dtype, X.device)
     np_dtype: Any = getattr(X, "dtype", None)
     dtypes = getattr(X, "dtypes", None)  # pandas DataFrame: one dtype per column
