@@ -315,8 +315,9 @@ def _score_sign(name: str) -> float:
 def format_table(header, rows, *, width: int | None = None) -> str:
     """Plain-text table: first column left-aligned, the others right-aligned.
 
-    When the table is wider than ``width`` (default: the terminal, at least 100 columns), the
-    widest text column is wrapped at word boundaries; no word is cut.
+    When the table is wider than ``width``, the widest column is wrapped at word boundaries; no
+    word is cut. By default (``width=None``) tables written to a terminal fit its width (at
+    least 100 columns) and tables written elsewhere (files, pipes) are as wide as they need.
 
     Examples
     --------
@@ -335,7 +336,8 @@ def format_table(header, rows, *, width: int | None = None) -> str:
     import textwrap
 
     if width is None:
-        width = max(100, shutil.get_terminal_size((100, 24)).columns)
+        width = (max(100, shutil.get_terminal_size((100, 24)).columns) if sys.stdout.isatty()
+                 else 10**6)
     cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
     ncol = len(header)
     widths = [max(len(r[i]) for r in cells) for i in range(ncol)]
@@ -377,8 +379,10 @@ def format_seconds(t: float) -> str:
     t = float(t)
     if not math.isfinite(t):
         return "-"
-    if t < 10:
+    if t < 1:
         return f"{t:.2g} s"
+    if t < 10:
+        return f"{t:.1f} s"
     if t < 60:
         return f"{t:.0f} s"
     return f"{int(t // 60)} min {t % 60:.0f} s"
@@ -648,11 +652,11 @@ def _describe(name, estimators):
     fitted_alpha = _median(getattr(e, "alpha_", None) for e in finals)
     t = _median(getattr(e, "t_", None) for e in finals)
     if fitted_alpha is not None and "alphas" in p:
-        pen = f"alpha {fitted_alpha:.3g} (tuned per fold, median)"
+        pen = f"alpha {fitted_alpha:.3g} (tuned, fold median)"
     elif isinstance(p.get("alpha"), (int, float)):
         pen = f"alpha {p['alpha']:.3g}"
     elif t is not None:
-        pen = f"early stopping, t {t:.3g} (median)"
+        pen = f"early stopping t {t:.3g} (fold median)"
     else:
         pen = "-"
     return kernel, "-" if sig is None else f"{sig:.3g}", pen

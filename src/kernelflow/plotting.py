@@ -659,7 +659,7 @@ def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
         ax.set_xscale("log")
     top = np.nanmax(np.abs(s + (err if err is not None else 0.0))) if np.isfinite(s).any() else 1
     for p, v, e in zip(pos, s, err if err is not None else np.zeros_like(s)):
-        text = "failed" if not math.isfinite(v) else (f"{v:.3g} ± {e:.2g}" if e else f"{v:.3g}")
+        text = "failed" if not math.isfinite(v) else (f"{v:.4g} ± {e:.2g}" if e else f"{v:.4g}")
         x = v + e if math.isfinite(v) else 0.0
         if not log and math.isfinite(v) and v < 0:
             x = 0.0
@@ -680,8 +680,10 @@ def _seconds(t) -> str:
     t = float(t)
     if not math.isfinite(t):
         return "-"
-    if t < 10:
+    if t < 1:
         return f"{t:.2g} s"
+    if t < 10:
+        return f"{t:.1f} s"
     if t < 60:
         return f"{t:.0f} s"
     return f"{int(t // 60)} min {t % 60:.0f} s"
