@@ -468,6 +468,12 @@ def _plot_fit(model, X, y, path, *, title, ylabel="y"):
     )
 
     final = model[-1] if hasattr(model, "steps") else model
+    sigma = getattr(final, "sigma_", None)
+    if sigma is None:
+        sigma = getattr(getattr(final, "kernel_", None), "sigma", None)
+    scaled = " of the standardised features" if hasattr(model, "steps") else ""
+    what = f", sigma = {float(sigma):.3g}{scaled}" if sigma is not None and \
+        getattr(sigma, "ndim", 0) == 0 else ""
     if X.shape[1] == 1:
         import pandas as pd
 
@@ -475,7 +481,7 @@ def _plot_fit(model, X, y, path, *, title, ylabel="y"):
             return model.predict(pd.DataFrame(grid, columns=X.columns))
 
         fig = plot_fit_1d(X.to_numpy(), y, {title: on_grid}, xlabel=str(X.columns[0]),
-                          ylabel=ylabel, title=title)
+                          ylabel=ylabel, title=f"{title}: fitted function{what}")
     else:
         try:
             fig = plot_estimator_path(final)

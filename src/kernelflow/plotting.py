@@ -245,6 +245,8 @@ def plot_estimator_path(estimator, *, ax=None):
     """
     e = estimator
     sigma = getattr(e, "sigma_", None)
+    if sigma is None:
+        sigma = getattr(getattr(e, "kernel_", None), "sigma", None)
     losses = getattr(e, "validation_losses_", None)
     if losses is not None and getattr(e, "learning_rate_", None) is not None:
         v = _np(losses)
