@@ -250,5 +250,5 @@ def test_demo_figure_shows_rmse_per_method(tmp_path):
     fig = demo_figure(y, {r["method"]: y + 1 for r in rows}, rows, unit="MPa")
     left, right = fig.axes
     assert "RMSE (MPa)" in right.get_xlabel() and "(MPa)" in left.get_xlabel()
-    assert [t.get_text() for t in right.texts] == ["8.6", "22"]
+    assert [t.get_text() for t in right.texts] == ["8.60", "22.00"]
     _png(fig, tmp_path, "demo")

@@ -313,7 +313,7 @@ def _score_sign(name: str) -> float:
 # output
 # ---------------------------------------------------------------------------------------------
 def format_table(header, rows, *, width: int | None = None) -> str:
-    """Plain-text table: first column left-aligned, the others right-aligned.
+    """Plain-text table: numbers right-aligned, text left-aligned.
 
     When the table is wider than ``width``, the widest column is wrapped at word boundaries; no
     word is cut. By default (``width=None``) tables written to a terminal fit its width (at
@@ -348,6 +348,11 @@ def format_table(header, rows, *, width: int | None = None) -> str:
         longest_word = max(len(w) for r in cells for w in (r[wrap_col].split() or [""]))
         room = width - (sum(widths) - widths[wrap_col]) - 2 * (ncol - 1)
         widths[wrap_col] = max(room, longest_word, len(cells[0][wrap_col]))
+    import re
+
+    numeric = re.compile(r"^([-+]?[\d.]|-$|nan|inf)")
+    right = [i > 0 and all(numeric.match(r[i]) or not r[i] for r in cells[1:])
+             for i in range(ncol)]
     lines = []
     for k, r in enumerate(cells):
         pieces = [[c] for c in r]
@@ -359,7 +364,8 @@ def format_table(header, rows, *, width: int | None = None) -> str:
             parts = [row[0].ljust(widths[0])]  # the first column is left-aligned
             for i in range(1, ncol):
                 c = row[i]
-                parts.append(c.ljust(widths[i]) if i == wrap_col else c.rjust(widths[i]))
+                parts.append(c.rjust(widths[i]) if right[i] and i != wrap_col
+                             else c.ljust(widths[i]))
             lines.append("  ".join(parts).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -446,7 +452,13 @@ def cmd_fit(args) -> int:
     if not args.cv:
         print("(the training score is optimistic; drop --cv 0 to see a cross-validated one)")
     if args.plot:
-        _plot_fit(model, X, y, args.plot, title=args.model, ylabel=str(args.target))
+        unit = None
+        if str(args.data).startswith("dataset:"):
+            from kernelflow.demo import UNITS
+
+            unit = UNITS.get(str(args.data).split(":", 1)[1])
+        _plot_fit(model, X, y, args.plot, title=args.model,
+                  ylabel=str(args.target) + (f" ({unit})" if unit else ""), unit=unit)
     return 0
 
 
@@ -459,7 +471,7 @@ def _read_xy(args):
     return _subsample(X, y, args.max_rows, args.seed)
 
 
-def _plot_fit(model, X, y, path, *, title, ylabel="y"):
+def _plot_fit(model, X, y, path, *, title, ylabel="y", unit=None):
     from kernelflow.plotting import (
         plot_estimator_path,
         plot_fit_1d,
@@ -484,9 +496,10 @@ def _plot_fit(model, X, y, path, *, title, ylabel="y"):
                           ylabel=ylabel, title=f"{title}: fitted function{what}")
     else:
         try:
-            fig = plot_estimator_path(final)
+            fig = plot_estimator_path(final, unit=unit)
         except ValueError:
-            fig = plot_predictions(y, {title: model.predict(X)}, title=f"{title} (training data)")
+            fig = plot_predictions(y, {title: model.predict(X)}, unit=unit,
+                                   title=f"{title}: predictions on the training data")
     print(f"wrote plot {save_figure(fig, path)}")
 
 
@@ -729,9 +742,10 @@ def cmd_compare(args) -> int:
         from kernelflow.plotting import plot_comparison, save_figure
 
         fig = plot_comparison(names, scores, times, errors=spreads,
-                              score_label=f"{_score_label(scoring[0])} (mean +- std over "
+                              score_label=f"{_score_label(scoring[0])} (mean ± std over "
                                           f"{args.cv} folds)",
-                              title=f"{args.cv}-fold cross-validation, target {args.target}")
+                              title=f"{args.cv}-fold cross-validation, target {args.target}; "
+                                    "one kernel, bandwidth and penalty")
         print(f"wrote plot {save_figure(fig, args.plot)}")
     return 0
 
@@ -792,17 +806,17 @@ def _model_info(args) -> int:
         raise CLIError(f"file not found: {args.model}")
     meta = read_metadata(args.model)
     est = meta["estimator"]
-    print(f"format      : {meta['format']} v{meta['format_version']}")
-    print(f"estimator   : {est.get('name') or '-'} ({est['class']})")
-    print("written by  : " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
+    print(f"format        : {meta['format']} v{meta['format_version']}")
+    print(f"estimator     : {est.get('name') or '-'} ({est['class']})")
+    print("written by    : " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     n_bytes = sum(_nbytes(a) for a in meta["arrays"].values())
-    print(f"arrays      : {len(meta['arrays'])} ({n_bytes / 1e6:.2f} MB)")
+    print(f"arrays        : {len(meta['arrays'])} ({n_bytes / 1e6:.2f} MB)")
     for key, value in meta.get("extra", {}).items():
         if key == "fit_seconds" and isinstance(value, (int, float)):
             value = format_seconds(value)
         elif isinstance(value, float):
             value = f"{value:.4g}"
-        print(f"{key:<12}: {value}")
+        print(f"{key:<14}: {value}")
     return 0
 
 

@@ -79,6 +79,16 @@ def method_color(name: str) -> str:
     return _ASSIGNED[key]
 
 
+def _distinct_colors(names) -> list[str]:
+    """:func:`method_color` of each name; a repeated colour in one figure gets a spare one."""
+    out: list[str] = []
+    spare = iter(c for c in _SPARE_COLORS)
+    for n in names:
+        c = method_color(str(n))
+        out.append(next(spare) if c in out else c)
+    return out
+
+
 def _spans_decades(v, decades: float = 2.0) -> bool:
     v = np.asarray(v, dtype=float)
     v = v[np.isfinite(v)]
@@ -218,8 +228,11 @@ def _grid_curves(x, E, sigmas, *, xlabel, best, ax):
                                     title="cross-validated error against the penalty")
 
 
-def plot_estimator_path(estimator, *, ax=None):
+def plot_estimator_path(estimator, *, unit: str | None = None, ax=None):
     """Plot the validation or cross-validation curve a fitted estimator recorded.
+
+    ``unit`` is the unit of the target (the squared errors are in its square). A single curve
+    takes the estimator's colour (:func:`method_color`).
 
     Recognised fitted attributes, tried in order:
 
@@ -255,9 +268,13 @@ def plot_estimator_path(estimator, *, ax=None):
         what = f"{type(e).__name__}: validation error along the path"
         if sigma is not None and np.ndim(sigma) == 0:
             what += f", sigma = {float(sigma):.3g}"
-        return plot_regularization_path(t[keep], v[keep], xlabel="stopping time t",
-                                        ylabel="validation MSE", best=getattr(e, "t_", None),
-                                        log_x=bool(keep.sum() > 1), title=what, ax=ax)
+        fig = plot_regularization_path(t[keep], v[keep], xlabel="stopping time t",
+                                       ylabel="validation MSE" + (f" ({unit}²)" if unit else ""),
+                                       best=getattr(e, "t_", None),
+                                       log_x=bool(keep.sum() > 1), title=what, ax=ax)
+        if v.ndim == 1:
+            fig.axes[-1].lines[0].set_color(method_color(type(e).__name__))
+        return fig
     res = getattr(e, "cv_results_", None)
     if isinstance(res, dict) and "alphas" in res and "mean_error" in res:
         return _grid_curves(res["alphas"], res["mean_error"], res.get("sigmas"),
@@ -384,9 +401,8 @@ def plot_predictions(y_true, predictions: Mapping, *, title: str | None = None,
     """
     yt = _np(y_true).ravel()
     fig, ax = _figure(ax, figsize=(5.2, 5.0))
-    for name, pred in predictions.items():
-        ax.scatter(yt, _np(pred).ravel(), s=9, alpha=0.6, label=str(name),
-                   color=method_color(str(name)))
+    for (name, pred), color in zip(predictions.items(), _distinct_colors(predictions)):
+        ax.scatter(yt, _np(pred).ravel(), s=9, alpha=0.6, label=str(name), color=color)
     lo, hi = float(yt.min()), float(yt.max())
     ax.plot([lo, hi], [lo, hi], color="k", lw=1, ls="--", label="prediction = true value")
     suffix = f" ({unit})" if unit else ""
@@ -647,7 +663,7 @@ def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
         raise ValueError(f"{err.size} errors for {s.size} scores.")
     fig, ax = _figure(ax, figsize=(7.0, 0.55 * len(names) + 1.6))
     pos = np.arange(len(names))[::-1]
-    colors = [method_color(str(n)) for n in names]
+    colors = _distinct_colors(names)
     shown = np.where(np.isfinite(s), s, 0.0)
     ax.barh(pos, shown, xerr=err, color=colors, alpha=0.85, height=0.6,
             error_kw={"ecolor": "0.2", "capsize": 3, "lw": 1})
@@ -660,8 +676,15 @@ def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
     if log:
         ax.set_xscale("log")
     top = np.nanmax(np.abs(s + (err if err is not None else 0.0))) if np.isfinite(s).any() else 1
+    finite = np.abs(s[np.isfinite(s)])
+    if log or not finite.size or finite.max() == 0:
+        fmt = "{:.3g}"
+    else:  # one number of decimals for all bars: four significant digits on the largest
+        digits = int(np.clip(3 - math.floor(math.log10(finite.max())), 0, 8))
+        fmt = "{:.%sf}".replace("%s", str(digits))
     for p, v, e in zip(pos, s, err if err is not None else np.zeros_like(s)):
-        text = "failed" if not math.isfinite(v) else (f"{v:.4g} ± {e:.2g}" if e else f"{v:.4g}")
+        text = "failed" if not math.isfinite(v) else (
+            f"{fmt.format(v)} ± {e:.2g}" if e else fmt.format(v))
         x = v + e if math.isfinite(v) else 0.0
         if not log and math.isfinite(v) and v < 0:
             x = 0.0
