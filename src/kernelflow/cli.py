@@ -567,8 +567,8 @@ def cmd_evaluate(args) -> int:
         v = _score_sign(name) * np.asarray(res[f"test_{name}"])
         rows.append([_score_label(name), f"{v.mean():.4f}", f"{v.std():.4f}",
                      " ".join(f"{s:.3f}" for s in v)])
-    rows.append(["fit time (s)", f"{np.mean(res['fit_time']):.3f}",
-                 f"{np.std(res['fit_time']):.3f}", ""])
+    rows.append(["fit time", format_seconds(np.mean(res["fit_time"])),
+                 format_seconds(np.std(res["fit_time"])), ""])
     print(f"{args.model}: {args.cv}-fold cross-validation on {len(X)} rows x {X.shape[1]} "
           f"features")
     print(format_table(["metric", "mean", "std", "folds"], rows))
@@ -708,6 +708,8 @@ def cmd_compare(args) -> int:
         cls = classes[name]
         valid = set(cls().get_params(deep=False))
         params = _configure(name, cls, kernel, sigma, alpha)
+        if "random_state" in valid:  # reproducible rows (landmarks, validation splits)
+            params["random_state"] = args.seed
         params.update({k: v for k, v in scoped.get(None, {}).items() if k in valid})
         params.update(scoped.get(name, {}))
         model = build_model(name, params, scale=not args.no_scale, verbose=args.verbose)
@@ -744,8 +746,9 @@ def cmd_compare(args) -> int:
         fig = plot_comparison(names, scores, times, errors=spreads,
                               score_label=f"{_score_label(scoring[0])} (mean ± std over "
                                           f"{args.cv} folds)",
-                              title=f"{args.cv}-fold cross-validation, target {args.target}; "
-                                    "one kernel, bandwidth and penalty")
+                              title=f"{args.cv}-fold cross-validation, target {args.target}\n"
+                                    f"every model: {kernel} kernel, sigma {sigma:.3g}, "
+                                    f"alpha {alpha:.3g} where it has them")
         print(f"wrote plot {save_figure(fig, args.plot)}")
     return 0
 

@@ -102,7 +102,8 @@ def _figure(ax=None, figsize=(6.4, 4.2)):
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
-            "plotting needs matplotlib: pip install 'kernelflow[plot]' (or matplotlib)"
+            "plotting needs matplotlib: pip install matplotlib (or pip install -e '.[plot]' from "
+            "a kernelflow checkout)"
         ) from exc
     fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.add_subplot()
