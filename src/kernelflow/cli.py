@@ -747,8 +747,8 @@ def cmd_compare(args) -> int:
                               score_label=f"{_score_label(scoring[0])} (mean ± std over "
                                           f"{args.cv} folds)",
                               title=f"{args.cv}-fold cross-validation, target {args.target}\n"
-                                    f"every model: {kernel} kernel, sigma {sigma:.3g}, "
-                                    f"alpha {alpha:.3g} where it has them")
+                                    f"shared: {kernel} kernel, sigma {sigma:.3g}, "
+                                    f"alpha {alpha:.3g}")
         print(f"wrote plot {save_figure(fig, args.plot)}")
     return 0
 

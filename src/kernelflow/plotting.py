@@ -662,7 +662,7 @@ def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
     err = None if errors is None else _np(errors).ravel()
     if err is not None and err.size != s.size:
         raise ValueError(f"{err.size} errors for {s.size} scores.")
-    fig, ax = _figure(ax, figsize=(7.0, 0.55 * len(names) + 1.6))
+    fig, ax = _figure(ax, figsize=(7.5, 0.55 * len(names) + 1.8))
     pos = np.arange(len(names))[::-1]
     colors = _distinct_colors(names)
     shown = np.where(np.isfinite(s), s, 0.0)
@@ -697,7 +697,7 @@ def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
     ax.set_xlabel(score_label)
     ax.grid(axis="x", alpha=0.3)
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize="medium")
     return fig
 
 
