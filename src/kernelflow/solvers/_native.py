@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
@@ -24,7 +25,9 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-__all__ = ["available", "run_problems"]
+__all__ = ["available", "run_problems", "status"]
+
+logger = logging.getLogger("kernelflow")
 
 _METHODS = {"sign": 0, "coordinate": 1}
 _I64 = ctypes.POINTER(ctypes.c_int64)
@@ -35,17 +38,28 @@ _U8 = ctypes.POINTER(ctypes.c_uint8)
 RESYNC = 256
 
 
+_REASON: list[str] = []
+
+
+def _unavailable(reason: str):
+    _REASON.append(reason)
+    logger.warning("the compiled loops of sign and coordinate descent are unavailable (%s); "
+                   "those solvers run as slower tensor code. Reinstall with a C compiler "
+                   "(pip install -e . --no-deps) to build them.", reason)
+
+
 @lru_cache(maxsize=1)
 def _library():
     if os.environ.get("KERNELFLOW_NATIVE", "1") == "0":
+        _REASON.append("disabled by KERNELFLOW_NATIVE=0")
         return None
     spec = importlib.util.find_spec("kernelflow._paths")
     if spec is None or spec.origin is None:
-        return None
+        return _unavailable("the extension kernelflow._paths was not built")
     try:
         lib = ctypes.CDLL(spec.origin)
-    except OSError:
-        return None
+    except OSError as exc:
+        return _unavailable(f"kernelflow._paths cannot be loaded: {exc}")
     for suffix, real in (("f64", ctypes.c_double), ("f32", ctypes.c_float)):
         fn = getattr(lib, f"kf_paths_{suffix}")
         ptr = ctypes.POINTER(real)
@@ -64,6 +78,19 @@ def available(method: str | None = None, tensor: torch.Tensor | None = None) -> 
         return False
     return tensor is None or (tensor.device.type == "cpu"
                               and tensor.dtype in (torch.float32, torch.float64))
+
+
+def status() -> str:
+    """One line saying whether the compiled loops are active, and why not.
+
+    Examples
+    --------
+    >>> status().split(":")[0] in ("active", "unavailable")
+    True
+    """
+    if _library() is not None:
+        return f"active: {importlib.util.find_spec('kernelflow._paths').origin}"
+    return f"unavailable: {_REASON[-1] if _REASON else 'unknown reason'}"
 
 
 def _ptr(a: np.ndarray, ctype):
