@@ -34,8 +34,8 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
     Falkon-style preconditioner (see :mod:`kernelflow.solvers.logistic`). ``predict_proba`` is
     the softmax of the scores.
 
-    Cost: per Newton step (usually 5-20) O(c M^3) for the preconditioners and two products with
-    K(X, C) per inner iteration, O(n M c) each; K(X, C) is stored when it takes at most half of
+    Cost: O(M^3) once, then per Newton step (usually 5-20) two products with K(X, C) per
+    inner iteration, O(n M c) each; K(X, C) is stored when it takes at most half of
     the memory budget, otherwise recomputed tile by tile.
 
     Parameters

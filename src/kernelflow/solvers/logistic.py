@@ -17,10 +17,11 @@ min(0.1, sqrt(||grad|| / ||grad_0||))) and takes the largest step 2^-j with Armi
 preconditioner is block diagonal over classes and Falkon's for the A block (Rudi et al. 2017;
 Meanti et al. 2020 reweight it in the same way for the logistic loss): with
 d_k = sum_i w_i P_ik (1 - P_ik) / W the average curvature of class k,
-K^T W_k K ~ d_k W / M K_MM^2, and the block is (d_k W / M K_MM^2 + alpha K_MM)^{-1}. With
-K_MM = L L^T and L^T L = V diag(l) V^T (computed once), it is Q diag(1 / (d_k W l / M + alpha))
-Q^T with Q = L^{-T} V: two products per CG iteration for all classes, nothing to refactorise
-per Newton step. The intercepts get 1 / (d_k W), projected on sum-zero vectors (softmax does
+K^T W_k K ~ d_k W / M K_MM^2, and the block is (d_k W / M K_MM^2 + alpha K_MM)^{-1}. The
+iteration runs in whitened coordinates A = U s^{-1/2} Theta (K_MM = U diag(s) U^T, eigenvalues
+below rounding level dropped: A could grow along them without changing f), where the penalty
+is alpha ||Theta||^2 and that block is the diagonal 1 / (d_k W s / M + alpha): one product per
+CG iteration for all classes, nothing to refactorise per Newton step. The intercepts get 1 / (d_k W), projected on sum-zero vectors (softmax does
 not see a common shift of b, and the gradient and H keep b's part summing to zero).
 """
 
@@ -33,13 +34,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..linalg import cholesky, conjugate_gradient
+from ..linalg import conjugate_gradient
 
 __all__ = ["LogisticSolution", "softmax_objective", "nystrom_logistic_newton"]
 
 logger = logging.getLogger(__name__)
 
 _F64 = torch.float64
+_EPS = torch.finfo(_F64).eps
 
 
 @dataclass
@@ -80,8 +82,8 @@ def nystrom_logistic_newton(
     """Minimise (1) by inexact Newton steps with Falkon-preconditioned CG.
 
     Stops when ||grad|| <= tol * ||grad at A = 0, b = 0|| or when no step decreases J any more
-    (the objective is then flat to rounding). Cost per Newton step: O(M^3 c) for the
-    preconditioners plus two products with K per CG iteration.
+    (the objective is then flat to rounding). Cost: O(M^3) once (eigendecomposition of K_MM),
+    then two products with K, O(n M c) each, per CG iteration.
 
     Examples
     --------
@@ -105,27 +107,34 @@ def nystrom_logistic_newton(
     W = float(n if w is None else w.sum())
     Y = torch.zeros(n, c, dtype=_F64)
     Y[torch.arange(n), labels] = 1.0
-    L, _ = cholesky(K_mm, warn=False)
-    # L^T L = V diag(lam_mm) V^T once; Q = L^{-T} V turns every class's Falkon preconditioner
-    # into two products: (K_MM^2 / M + lam K_MM)^{-1} = Q diag(1 / (lam_mm / M + lam)) Q^T
-    lam_mm, V = torch.linalg.eigh(L.T @ L)
-    lam_mm = lam_mm.clamp_min(0.0)
-    Q = torch.linalg.solve_triangular(L.T, V, upper=True)
-    A = torch.zeros(M, c, dtype=_F64)
+    # Whitened Nyström coordinates: K_MM = U diag(s) U^T, A = T Theta with T = U s^{-1/2} on
+    # the eigenvalues above rounding level, so that tr(A^T K_MM A) = ||Theta||^2 and the
+    # directions that K_MM cannot resolve (where A could grow without changing f) are dropped.
+    s_mm, U_mm = torch.linalg.eigh(0.5 * (K_mm + K_mm.T))
+    keep = s_mm > float(s_mm.max().clamp_min(1e-300)) * max(1e-10, 10 * M * _EPS)
+    T = U_mm[:, keep] / s_mm[keep].sqrt()
+    lam_mm = s_mm[keep]
+    r_dim = int(keep.sum())
+
+    def mm(Th):
+        return matmul(T @ Th)
+
+    def tmm(R):
+        return T.T @ t_matmul(R)
+
+    A = torch.zeros(r_dim, c, dtype=_F64)
     b = torch.zeros(c, dtype=_F64)
 
     def wcol(Z):
         return Z if w is None else Z * w[:, None]
 
     def state(A, b):
-        KA = matmul(A)
-        F = KA + b
-        KmA = K_mm @ A
-        return F, KmA, softmax_objective(F, labels, w, A, KmA, alpha)
+        F = mm(A) + b
+        return F, A, softmax_objective(F, labels, w, A, A, alpha)
 
     def gradient(P, KmA):
         R = wcol(P - Y)
-        gA = t_matmul(R) + alpha * KmA
+        gA = tmm(R) + alpha * KmA
         gb = R.sum(0) if fit_intercept else R.new_zeros(0)
         return torch.cat([gA.reshape(-1), gb])
 
@@ -139,34 +148,34 @@ def nystrom_logistic_newton(
     while not converged and k < max_iter:
         k += 1
         d = (wcol(P * (1.0 - P)).sum(0) / W).clamp_min(1e-8)  # (c,) average curvatures
-        # (d W / M K_MM^2 + alpha K_MM)^{-1} = Q diag(1 / (d W (lam / M + alpha / (d W)))) Q^T
-        diag = 1.0 / (d[None, :] * W * (lam_mm[:, None] / M) + alpha)  # (M, c)
+        # Falkon's (d W / M K_MM^2 + alpha K_MM)^{-1} in whitened coordinates: diagonal
+        diag = 1.0 / (d[None, :] * W * (lam_mm[:, None] / M) + alpha)  # (r, c)
 
         def precondition(r, diag=diag, d=d):
             r = r[:, 0]
-            zA = Q @ (diag * (Q.T @ r[:M * c].reshape(M, c)))
+            zA = diag * r[:r_dim * c].reshape(r_dim, c)
             if not fit_intercept:
                 return zA.reshape(-1, 1)
-            rb = r[M * c:]
+            rb = r[r_dim * c:]
             zb = (rb - rb.mean()) / (d * W)
             zb = zb - zb.mean()
             return torch.cat([zA.reshape(-1), zb]).reshape(-1, 1)
 
         def hess(v, P=P):
             v = v[:, 0]
-            VA = v[:M * c].reshape(M, c)
-            U = matmul(VA)
+            VA = v[:r_dim * c].reshape(r_dim, c)
+            U = mm(VA)
             if fit_intercept:
-                U = U + v[M * c:]
+                U = U + v[r_dim * c:]
             S = P * U - P * (P * U).sum(1, keepdim=True)
             S = wcol(S)
-            hA = t_matmul(S) + alpha * (K_mm @ VA)
+            hA = tmm(S) + alpha * VA
             hb = S.sum(0) if fit_intercept else S.new_zeros(0)
             return torch.cat([hA.reshape(-1), hb]).reshape(-1, 1)
 
         rel = norms[-1] / g0
-        res = conjugate_gradient(hess, -g, tol=max(min(0.1, rel ** 0.5), 1e-14), max_iter=cg_max_iter,
-                                 preconditioner=precondition)
+        res = conjugate_gradient(hess, -g, tol=max(min(0.1, rel**0.5), 1e-14),
+                                 max_iter=cg_max_iter, preconditioner=precondition)
         cg_its.append(res.n_iter)
         step = res.x
         slope = float(g @ step)
@@ -174,8 +183,8 @@ def nystrom_logistic_newton(
             step, slope = -g, -float(g @ g)
         t, accepted = 1.0, False
         for _ in range(40):
-            A_new = A + t * step[:M * c].reshape(M, c)
-            b_new = b + t * step[M * c:] if fit_intercept else b
+            A_new = A + t * step[:r_dim * c].reshape(r_dim, c)
+            b_new = b + t * step[r_dim * c:] if fit_intercept else b
             F_new, KmA_new, J_new = state(A_new, b_new)
             if float(J_new) <= float(J) + 1e-4 * t * slope:
                 accepted = True
@@ -191,5 +200,5 @@ def nystrom_logistic_newton(
                      k, float(J), norms[-1], res.n_iter, t)
         converged = norms[-1] <= tol * g0
     converged = converged or norms[-1] <= max(tol, 1e-8) * g0
-    return LogisticSolution(coef=A, intercept=b, n_iter=k, converged=bool(converged),
+    return LogisticSolution(coef=T @ A, intercept=b, n_iter=k, converged=bool(converged),
                             objective=float(J), gradient_norms=norms, cg_iterations=cg_its)
