@@ -21,8 +21,9 @@ K^T W_k K ~ d_k W / M K_MM^2, and the block is (d_k W / M K_MM^2 + alpha K_MM)^{
 iteration runs in whitened coordinates A = U s^{-1/2} Theta (K_MM = U diag(s) U^T, eigenvalues
 below rounding level dropped: A could grow along them without changing f), where the penalty
 is alpha ||Theta||^2 and that block is the diagonal 1 / (d_k W s / M + alpha): one product per
-CG iteration for all classes, nothing to refactorise per Newton step. The intercepts get 1 / (d_k W), projected on sum-zero vectors (softmax does
-not see a common shift of b, and the gradient and H keep b's part summing to zero).
+CG iteration for all classes, nothing to refactorise per Newton step. The intercepts get
+1 / (d_k W), projected on sum-zero vectors (softmax does not see a common shift of b, and the
+gradient and H keep b's part summing to zero).
 """
 
 from __future__ import annotations
