@@ -46,6 +46,7 @@ ESTIMATORS: dict[str, str] = {
     # exact and spectral
     "kernel_ridge": _E + "kernel_ridge:KernelRidge",
     "kernel_ridge_cv": _E + "kernel_ridge_cv:KernelRidgeCV",
+    "kernel_ridge_classifier": _E + "kernel_ridge_classifier:KernelRidgeClassifier",
     "gradient_flow": _E + "gradient_flow:KernelGradientFlow",
     # early-stopped paths (Allerbo): ridge-like, robust, sparse
     "gradient_descent": _E + "gradient_descent:KernelGradientDescent",
@@ -63,6 +64,8 @@ ESTIMATORS: dict[str, str] = {
     # Nystrom
     "nystrom_ridge": _E + "nystrom_ridge:NystromKernelRidge",
     "nystrom_robust": _E + "nystrom_robust:NystromRobustRegressor",
+    "nystrom_ridge_classifier": _E + "kernel_ridge_classifier:NystromKernelRidgeClassifier",
+    "nystrom_logistic": _E + "nystrom_logistic:NystromKernelLogisticRegression",
     "nystroem": _E + "nystroem:Nystroem",
     # doubly stochastic
     "doubly_stochastic": _E + "doubly_stochastic_regressor:DoublyStochasticRegressor",

@@ -13,6 +13,7 @@ _LOCATIONS = {
     "KernelRidge": ".kernel_ridge",
     "KernelGradientFlow": ".gradient_flow",
     "KernelRidgeCV": ".kernel_ridge_cv",
+    "KernelRidgeClassifier": ".kernel_ridge_classifier",
     # early-stopped paths and explicit penalties
     "KernelGradientDescent": ".gradient_descent",
     "KernelSignGradient": ".sign_gradient",
@@ -30,6 +31,8 @@ _LOCATIONS = {
     "Nystroem": ".nystroem",
     "NystromKernelRidge": ".nystrom_ridge",
     "NystromRobustRegressor": ".nystrom_robust",
+    "NystromKernelRidgeClassifier": ".kernel_ridge_classifier",
+    "NystromKernelLogisticRegression": ".nystrom_logistic",
     # doubly stochastic functional gradients
     "DoublyStochasticRegressor": ".doubly_stochastic_regressor",
     "DoublyStochasticClassifier": ".doubly_stochastic_classifier",

@@ -14,6 +14,7 @@ from ..solvers.hyperparameters import EXACT_CRITERIA
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from ._hyperparameters import learn_for_estimator
+from ._uncertainty import exact_log_marginal_likelihood, exact_predict
 
 __all__ = ["KernelRidge"]
 
@@ -134,6 +135,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             self.kernel_, alpha = learn_for_estimator(self, X, yc, sw, alpha, self.kernel_)
             alpha = np.asarray(alpha)
         self.X_fit_ = X
+        self._fit_sample_weight = sw  # for the predictive variance
         op = self._operator(X)
         if not op.fits_in_memory(copies=2):
             raise MemoryError(
@@ -150,15 +152,36 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                                            overwrite_k=True)
         return self
 
-    def predict(self, X):
-        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
+    def predict(self, X, return_std=False, return_cov=False):
+        """Predict f(x) = k(x, X_fit) dual_coef + intercept, optionally with uncertainty.
+
+        The standard deviation / covariance are those of the Gaussian-process posterior of the
+        latent function with noise variance ``alpha`` (see :mod:`kernelflow.solvers.variance`;
+        scikit-learn's ``GaussianProcessRegressor`` convention).
 
         Parameters
         ----------
         X : array-like or tensor of shape (n_samples, n_features)
+        return_std : bool, default=False
+            Also return the posterior standard deviation, shape like ``y_pred``.
+        return_cov : bool, default=False
+            Also return the posterior covariance, shape (n_samples, n_samples[, n_targets]).
 
         Returns
         -------
         y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
+        y_std or y_cov : ndarray or tensor, only when requested
         """
-        return self._kernel_predict(X)
+        return exact_predict(self, X, return_std, return_cov)
+
+    def log_marginal_likelihood(self):
+        """Log marginal likelihood of the (centred) training targets under the GP reading.
+
+        Noise variance ``alpha`` (divided by the sample weights), summed over targets; equal to
+        scikit-learn's ``GaussianProcessRegressor.log_marginal_likelihood_value_``.
+
+        Returns
+        -------
+        float
+        """
+        return exact_log_marginal_likelihood(self)

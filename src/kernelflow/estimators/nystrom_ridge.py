@@ -22,11 +22,14 @@ from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import Options, memory_budget
 from ..solvers.hyperparameters import NYSTROM_CRITERIA
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
+from ..solvers.variance import nystrom_posterior
 from ..sources import ArraySource, DataSource, as_source
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from ._hyperparameters import learn_for_nystrom
+from ._uncertainty import nystrom_log_marginal_likelihood
+from ._uncertainty import nystrom_predict as _predict_with_uncertainty
 
 __all__ = ["NystromKernelRidge"]
 
@@ -280,6 +283,9 @@ class NystromKernelRidge(_NystromBase):
         system densely (exact, O(n M^2 + M^3)); "cg" runs preconditioned conjugate gradients;
         "auto" picks the cheaper from a cost model (direct up to about 1000 centres, CG
         beyond) and always CG with ``early_stopping``.
+    compute_variance : bool, default=False
+        One more float64 pass over the rows (O(n M (M + d))) for the DTC predictive variance
+        (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``.
 
     Attributes
     ----------
@@ -301,6 +307,8 @@ class NystromKernelRidge(_NystromBase):
         Validation mean squared error per iteration (empty without early stopping).
     best_iteration_ : int
     compute_dtype_ : str
+    posterior_ : NystromPosterior or None
+        DTC posterior factors (``compute_variance=True``), see :mod:`kernelflow.solvers.variance`.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -333,6 +341,7 @@ class NystromKernelRidge(_NystromBase):
         "tol": [Interval(Real, 0, None, closed="neither"), None],
         "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
         "solver": [StrOptions({"auto", "cg", "direct"})],
+        "compute_variance": ["boolean"],
     }
 
     def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
@@ -340,7 +349,7 @@ class NystromKernelRidge(_NystromBase):
                  tol=None, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
                  options=None, distributed="auto", learn_hyperparameters=None,
-                 solver="auto"):
+                 solver="auto", compute_variance=False):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -364,6 +373,7 @@ class NystromKernelRidge(_NystromBase):
         self.distributed = distributed
         self.learn_hyperparameters = learn_hyperparameters
         self.solver = solver
+        self.compute_variance = compute_variance
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -427,4 +437,36 @@ class NystromKernelRidge(_NystromBase):
         self.validation_scores_ = list(sol.validation_mse)
         self.best_iteration_ = int(sol.best_iter)
         self.compute_dtype_ = "float32" if dtype == torch.float32 else "float64"
+        self.posterior_ = nystrom_posterior(
+            train, kernel, C, alpha, y_offset=intercept, options=options,
+            block_size=self.block_size) if self.compute_variance else None
         return self
+
+    def predict(self, X, return_std=False, return_cov=False):
+        """Predict f(x) = K(x, centers_) dual_coef_ + intercept_, optionally with uncertainty.
+
+        The standard deviation / covariance are the DTC (Nyström) approximation of the GP
+        posterior with noise variance ``alpha`` (needs ``compute_variance=True``; see
+        :mod:`kernelflow.solvers.variance`).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        return_std : bool, default=False
+        return_cov : bool, default=False
+
+        Returns
+        -------
+        y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
+        y_std or y_cov : ndarray or tensor, only when requested
+        """
+        return _predict_with_uncertainty(self, X, return_std, return_cov, super().predict)
+
+    def log_marginal_likelihood(self):
+        """DTC log marginal likelihood of the centred targets (needs ``compute_variance``).
+
+        Returns
+        -------
+        float
+        """
+        return nystrom_log_marginal_likelihood(self)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from numbers import Integral, Real
 
+import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..features.taylor import _ordered_features, _TaylorMap
@@ -50,6 +51,12 @@ class PKAWVTaylor(OnlineRegressorBase):
     feature_mode : {"compact", "ordered"}, default="compact"
         ``"ordered"`` uses the paper's redundant ``Σ_k d^k`` ordered products (same predictions,
         higher cost; for reproducing its timings).
+    center : None, "first_batch", "auto" or array-like of shape (n_features,), default=None
+        Expand the features around this point, i.e. use the features of ``x - center``. The
+        Gaussian kernel is translation invariant, so the learner still targets the same
+        kernel, while the truncation error (growing with ``||x - center|| / σ``) shrinks for
+        off-centre data. ``"first_batch"`` (alias ``"auto"``) is the mean of the rows of the
+        first ``fit``/``partial_fit`` call (the first row with ``learn_one``).
 
     Attributes
     ----------
@@ -57,6 +64,9 @@ class PKAWVTaylor(OnlineRegressorBase):
         Number r of Taylor features.
     multi_indices_ : ndarray of shape (r, n_features_in_)
         Exponents of each feature (compact mode).
+    center_ : ndarray of shape (n_features_in_,) or None
+        The expansion point (None until the first batch with ``"first_batch"``, or without
+        centring).
     n_rounds_ : int
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -85,16 +95,26 @@ class PKAWVTaylor(OnlineRegressorBase):
         "degree": [Interval(Integral, 0, None, closed="left")],
         "awv": ["boolean"],
         "feature_mode": [StrOptions({"compact", "ordered"})],
+        "center": [None, StrOptions({"first_batch", "auto"}), "array-like"],
     }
 
-    def __init__(self, alpha=1.0, *, sigma=1.0, degree=2, awv=True, feature_mode="compact"):
+    def __init__(self, alpha=1.0, *, sigma=1.0, degree=2, awv=True, feature_mode="compact",
+                 center=None):
         self.alpha = alpha
         self.sigma = sigma
         self.degree = degree
         self.awv = awv
         self.feature_mode = feature_mode
+        self.center = center
+
+    def _shift(self, X):
+        """X - center_; fixes center_ from the first rows seen with "first_batch"."""
+        if isinstance(self.center, str) and self.center_ is None:
+            self.center_ = X.reshape(-1, X.shape[-1]).mean(0)
+        return X if self.center_ is None else X - self.center_
 
     def _features(self, X):
+        X = self._shift(X)
         if self.feature_mode == "ordered":
             return _ordered_features(X, float(self.sigma), int(self.degree))
         return self._map.batch(X)
@@ -126,6 +146,13 @@ class PKAWVTaylor(OnlineRegressorBase):
 
     def _reset(self, d):
         self._check_memory(d)
+        self.center_ = None
+        if self.center is not None and not isinstance(self.center, str):
+            c = np.asarray(self.center, dtype=np.float64)
+            if c.shape != (d,) or not np.all(np.isfinite(c)):
+                raise ValueError(f"center must be a finite vector of length {d}, got "
+                                 f"shape {c.shape}.")
+            self.center_ = c
         self._map = _TaylorMap(d, int(self.degree), float(self.sigma))
         self.multi_indices_ = self._map.indices
         if self.feature_mode == "ordered":
@@ -136,6 +163,7 @@ class PKAWVTaylor(OnlineRegressorBase):
         self._awv = RecursiveAWV(r, float(self.alpha))
 
     def _begin(self, x):
+        x = self._shift(x)
         if self.feature_mode == "ordered":
             v = _ordered_features(x[None], float(self.sigma), int(self.degree))[0]
         else:

@@ -1,0 +1,177 @@
+"""Predictive variance and log marginal likelihood of the ridge estimators (GP reading)."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.gaussian_process import GaussianProcessRegressor
+from sklearn.gaussian_process.kernels import RBF
+
+from kernelflow.estimators import KernelRidge
+from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+
+
+def _data(n=60, d=3, t=None, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, d)
+    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.randn(n)
+    if t:
+        y = np.column_stack([y * (k + 1) + k for k in range(t)])
+    return X, y, rng.randn(25, d)
+
+
+def _gpr(X, y, sigma, noise):
+    return GaussianProcessRegressor(RBF(sigma, length_scale_bounds="fixed"), alpha=noise,
+                                    optimizer=None, normalize_y=False).fit(X, y)
+
+
+@pytest.mark.parametrize("noise", [1e-2, 0.5])
+def test_exact_matches_sklearn_gpr(noise):
+    X, y, Xt = _data()
+    gp = _gpr(X, y, 1.3, noise)
+    kr = KernelRidge(alpha=noise, sigma=1.3, fit_intercept=False).fit(X, y)
+    m_ref, s_ref = gp.predict(Xt, return_std=True)
+    m, s = kr.predict(Xt, return_std=True)
+    np.testing.assert_allclose(m, m_ref, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(s, s_ref, rtol=1e-8, atol=1e-10)
+    _, c_ref = gp.predict(Xt, return_cov=True)
+    _, c = kr.predict(Xt, return_cov=True)
+    np.testing.assert_allclose(c, c_ref, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(kr.log_marginal_likelihood(), gp.log_marginal_likelihood_value_,
+                               rtol=1e-8)
+    assert np.all(s >= 0) and np.all(np.isfinite(s))
+
+
+def test_exact_multi_output_shapes_and_values():
+    X, y, Xt = _data(t=2)
+    gp = _gpr(X, y, 1.0, 0.1)
+    kr = KernelRidge(alpha=0.1, sigma=1.0, fit_intercept=False).fit(X, y)
+    m, s = kr.predict(Xt, return_std=True)
+    m_ref, s_ref = gp.predict(Xt, return_std=True)
+    assert m.shape == s.shape == (25, 2)
+    np.testing.assert_allclose(s, np.broadcast_to(s_ref.reshape(25, -1), (25, 2)), rtol=1e-8)
+    np.testing.assert_allclose(kr.log_marginal_likelihood(), gp.log_marginal_likelihood_value_,
+                               rtol=1e-8)
+    _, c = kr.predict(Xt, return_cov=True)
+    assert c.shape == (25, 25, 2)
+
+
+def test_per_target_alpha_is_per_target_noise():
+    X, y, Xt = _data(t=2)
+    kr = KernelRidge(alpha=[0.05, 0.5], sigma=1.0, fit_intercept=False).fit(X, y)
+    _, s = kr.predict(Xt, return_std=True)
+    lml = 0.0
+    for j, a in enumerate([0.05, 0.5]):
+        gp = _gpr(X, y[:, j], 1.0, a)
+        np.testing.assert_allclose(s[:, j], gp.predict(Xt, return_std=True)[1], rtol=1e-8)
+        lml += gp.log_marginal_likelihood_value_
+    np.testing.assert_allclose(kr.log_marginal_likelihood(), lml, rtol=1e-8)
+
+
+def test_weights_are_per_point_noise():
+    X, y, Xt = _data()
+    w = np.random.RandomState(1).uniform(0.5, 3.0, size=len(y))
+    kr = KernelRidge(alpha=0.2, sigma=1.0, fit_intercept=False).fit(X, y, sample_weight=w)
+    gp = _gpr(X, y, 1.0, 0.2 / w)
+    np.testing.assert_allclose(kr.predict(Xt, return_std=True)[1],
+                               gp.predict(Xt, return_std=True)[1], rtol=1e-8)
+    np.testing.assert_allclose(kr.log_marginal_likelihood(), gp.log_marginal_likelihood_value_,
+                               rtol=1e-8)
+    # a zero weight removes the row
+    w0 = w.copy()
+    w0[:5] = 0.0
+    kr0 = KernelRidge(alpha=0.2, sigma=1.0, fit_intercept=False).fit(X, y, sample_weight=w0)
+    gp0 = _gpr(X[5:], y[5:], 1.0, 0.2 / w[5:])
+    np.testing.assert_allclose(kr0.predict(Xt, return_std=True)[1],
+                               gp0.predict(Xt, return_std=True)[1], rtol=1e-7)
+    np.testing.assert_allclose(kr0.log_marginal_likelihood(), gp0.log_marginal_likelihood_value_,
+                               rtol=1e-8)
+
+
+def test_intercept_is_a_known_mean():
+    X, y, Xt = _data()
+    y = y + 5.0
+    kr = KernelRidge(alpha=0.1, sigma=1.0).fit(X, y)
+    gp = _gpr(X, y - y.mean(), 1.0, 0.1)
+    m, s = kr.predict(Xt, return_std=True)
+    np.testing.assert_allclose(m, gp.predict(Xt) + y.mean(), rtol=1e-8)
+    np.testing.assert_allclose(s, gp.predict(Xt, return_std=True)[1], rtol=1e-8)
+
+
+def test_refit_invalidates_the_factor():
+    X, y, Xt = _data()
+    kr = KernelRidge(alpha=0.1, sigma=1.0, fit_intercept=False).fit(X, y)
+    s1 = kr.predict(Xt, return_std=True)[1]
+    kr.set_params(alpha=1.0).fit(X, y)
+    s2 = kr.predict(Xt, return_std=True)[1]
+    np.testing.assert_allclose(s2, _gpr(X, y, 1.0, 1.0).predict(Xt, return_std=True)[1],
+                               rtol=1e-8)
+    assert np.all(s2 > s1)
+
+
+def test_std_far_from_data_is_prior_and_torch_in_torch_out():
+    X, y, _ = _data()
+    kr = KernelRidge(alpha=0.1, sigma=1.0, fit_intercept=False).fit(torch.as_tensor(X), y)
+    m, s = kr.predict(torch.full((2, 3), 100.0, dtype=torch.float64), return_std=True)
+    assert isinstance(s, torch.Tensor)
+    np.testing.assert_allclose(s.numpy(), 1.0, rtol=1e-12)
+
+
+def test_refusals():
+    X, y, Xt = _data()
+    kr = KernelRidge(alpha=0.0, sigma=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="positive noise variance"):
+        kr.predict(Xt, return_std=True)
+    kr = KernelRidge(alpha=0.1, sigma=1.0).fit(X, y)
+    with pytest.raises(ValueError, match="at most one"):
+        kr.predict(Xt, return_std=True, return_cov=True)
+    ny = NystromKernelRidge(n_components=10, alpha=0.1, sigma=1.0, random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="compute_variance=True"):
+        ny.predict(Xt, return_std=True)
+    with pytest.raises(ValueError, match="compute_variance=True"):
+        ny.log_marginal_likelihood()
+
+
+@pytest.mark.parametrize("t", [None, 2])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nystrom_all_centres_equals_exact(t, weighted):
+    X, y, Xt = _data(n=50, t=t)
+    w = np.random.RandomState(2).uniform(0.5, 2.0, len(X)) if weighted else None
+    kw = dict(alpha=0.1, sigma=1.5)
+    kr = KernelRidge(**kw).fit(X, y, sample_weight=w)
+    ny = NystromKernelRidge(n_components=len(X), landmarks=X, compute_variance=True, tol=1e-14,
+                            max_iter=500, **kw).fit(X, y, sample_weight=w)
+    m, s = kr.predict(Xt, return_std=True)
+    mn, sn = ny.predict(Xt, return_std=True)
+    assert sn.shape == s.shape
+    np.testing.assert_allclose(mn, m, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(sn, s, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(ny.log_marginal_likelihood(), kr.log_marginal_likelihood(),
+                               rtol=1e-7)
+    c = kr.predict(Xt[:5], return_cov=True)[1]
+    cn = ny.predict(Xt[:5], return_cov=True)[1]
+    np.testing.assert_allclose(cn, c, rtol=1e-6, atol=1e-8)
+
+
+def test_nystrom_dtc_formula_with_few_centres():
+    # DTC: cov = k** - Q** + alpha k*M (K_Mn K_nM + alpha K_MM)^{-1} kM*, evidence N(y|0, Q+aI)
+    X, y, Xt = _data(n=80)
+    a, sig = 0.2, 1.0
+    ny = NystromKernelRidge(n_components=12, alpha=a, sigma=sig, compute_variance=True,
+                            fit_intercept=False, random_state=0).fit(X, y)
+    C = ny.centers_.numpy()
+
+    def k(A, B):
+        return np.exp(-((A[:, None] - B[None]) ** 2).sum(-1) / (2 * sig**2))
+
+    Kmm, Knm, Ksm = k(C, C), k(X, C), k(Xt, C)
+    H = Knm.T @ Knm + a * Kmm
+    var = 1.0 - np.einsum("ij,ij->i", Ksm @ np.linalg.inv(Kmm), Ksm)
+    var += a * np.einsum("ij,ij->i", Ksm @ np.linalg.inv(H), Ksm)
+    np.testing.assert_allclose(ny.predict(Xt, return_std=True)[1] ** 2, var, rtol=1e-6,
+                               atol=1e-9)
+    S = Knm @ np.linalg.solve(Kmm, Knm.T) + a * np.eye(len(X))
+    _, logdet = np.linalg.slogdet(S)
+    lml = -0.5 * y @ np.linalg.solve(S, y) - 0.5 * logdet - 0.5 * len(X) * np.log(2 * np.pi)
+    np.testing.assert_allclose(ny.log_marginal_likelihood(), lml, rtol=1e-6)
+    s = ny.predict(Xt, return_std=True)[1]
+    assert np.all(np.isfinite(s)) and np.all(s >= 0)
