@@ -76,6 +76,9 @@ class FOGD(OnlineRegressorBase):
     0.01
     """
 
+    #: created by the first round, then only read (see ``kernelflow.utils._atomic``)
+    _atomic_shared = ("feature_keys_", "frequencies_")
+
     _parameter_constraints: dict = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
         "sigma": [Interval(Real, 0, None, closed="neither")],

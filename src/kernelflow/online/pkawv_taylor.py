@@ -89,6 +89,9 @@ class PKAWVTaylor(OnlineRegressorBase):
     (35, 0.019)
     """
 
+    #: created by the first round, then only read (see ``kernelflow.utils._atomic``)
+    _atomic_shared = ("feature_keys_", "_map", "multi_indices_", "center_")
+
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "sigma": [Interval(Real, 0, None, closed="neither")],

@@ -151,7 +151,13 @@ def _snapshot(est, deep: bool) -> dict:
     # (callbacks, open resources): keep them by identity
     params = _param_names(est)
     memo = {id(v): v for k, v in saved.items() if k in params}
+    # fitted attributes a class declares as replaced, never mutated in place, once created
+    # (feature maps, frequencies, key lists): kept by identity, so that a continuing call such
+    # as ``learn_one`` copies only the state it really updates
+    shared = getattr(type(est), "_atomic_shared", ())
     for k in fitted_state_keys(est):
+        if k in shared:
+            continue
         saved[k] = state_copy(saved[k], memo)
     return saved
 
