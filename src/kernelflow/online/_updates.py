@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 
 import numpy as np
 from scipy.linalg import blas, solve_triangular
@@ -61,6 +62,10 @@ def single_thread_blas():
     return _BLAS_LIBS.limit(limits=1)
 
 
+#: one spare A⁻¹ buffer per RecursiveAWV for its per-round snapshots (dropped with the instance)
+_SPARE_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class RecursiveAWV:
     """Linear AWV / online ridge on features ``v_t ∈ R^r`` with Sherman–Morrison updates.
 
@@ -87,6 +92,24 @@ class RecursiveAWV:
         self.refresh = int(refresh)
         self.count = 0
         self._pending = None
+
+    def __atomic_copy__(self, memo):
+        # The snapshot taken before each round (kernelflow.utils._atomic) copies A⁻¹ into one
+        # spare buffer kept per instance: a snapshot lives only until the round returns, and a
+        # fresh r x r allocation every round costs page faults that dominate small rounds.
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        spare = _SPARE_BUFFERS.get(self)
+        if spare is None or spare.shape != self.A_inv.shape:
+            spare = np.empty_like(self.A_inv, order="F")
+            _SPARE_BUFFERS[self] = spare
+        np.copyto(spare, self.A_inv)
+        new.A_inv = spare
+        new.b, new.w = self.b.copy(), self.w.copy()
+        if self._pending is not None:
+            new._pending = tuple(p.copy() if isinstance(p, np.ndarray) else p
+                                 for p in self._pending)
+        return new
 
     def begin(self, v: np.ndarray, awv: bool) -> float:
         """Put ``v`` into A and return the prediction (AWV or KRR); label still unknown."""
