@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from numbers import Integral, Real
 
+import numpy as np
 import torch
+from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -20,6 +23,7 @@ __all__ = [
     "KERNEL_CONSTRAINTS",
     "PRECOMPUTED",
     "PRECOMPUTED_KERNEL_CONSTRAINTS",
+    "fit_random_state",
     "resolve_kernel",
 ]
 
@@ -88,6 +92,23 @@ def resolve_kernel(kernel, *, sigma=None, gamma=None, degree=3, coef0=1.0, X=Non
     out = make_kernel(kernel, sigma=sigma, gamma=gamma, degree=degree, coef0=coef0, X=X)
     check_bandwidth(out)
     return out
+
+
+def fit_random_state(random_state) -> np.random.RandomState:
+    """The generator a fit draws from. A user's ``RandomState`` is copied, never advanced: no
+    fit changes its estimator's parameters, and two fits with the same parameters agree.
+
+    Examples
+    --------
+    >>> rs = np.random.RandomState(0)
+    >>> before = rs.get_state()[1].copy()
+    >>> _ = fit_random_state(rs).rand()
+    >>> bool((rs.get_state()[1] == before).all())
+    True
+    """
+    if isinstance(random_state, np.random.RandomState):
+        return copy.deepcopy(random_state)
+    return check_random_state(random_state)
 
 
 def check_precomputed(estimator, K, *, fit: bool) -> None:
