@@ -370,3 +370,25 @@ def test_tiles_budget_the_kernels_extra_memory():
     assert (3 * bn_w * bm_w + 20 * bn_w * bm_w) * 8 <= 2**22
     v = torch.ones(3000, dtype=torch.float64)
     torch.testing.assert_close(wide @ v, plain @ v)
+
+
+@pytest.mark.parametrize("make", [
+    lambda X: KernelOperator(Gaussian(1.0), X, options=SMALL_TILES),
+    lambda X: DenseOperator(Gaussian(1.0)(X, X), symmetric=True),
+    lambda X: FeatureOperator(X),
+    lambda X: ScaledOperator(Gaussian(1.0)(X, X), left=torch.linspace(0.5, 1.5, X.shape[0],
+                                                                     dtype=X.dtype)),
+], ids=["kernel", "dense", "feature", "scaled"])
+def test_subset_operators_match_dense_blocks(make):
+    X = torch.randn(30, 3, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    op = make(X)
+    dense = op.to_dense()
+    rows, cols = [4, 0, 17, 29], [3, 3, 8]
+    V = torch.randn(3, 2, dtype=torch.float64)
+    torch.testing.assert_close(op.subset(rows, cols) @ V, dense[rows][:, cols] @ V)
+    torch.testing.assert_close(op.subset(rows) @ torch.ones(30, dtype=torch.float64),
+                               dense[rows].sum(1))
+    sub = op.subset(rows, rows)
+    torch.testing.assert_close(sub.to_dense(), dense[rows][:, rows])
+    assert sub.symmetric == op.symmetric
+    assert op.subset() is op

@@ -467,6 +467,22 @@ class LinearOperator:
         """Column K[:, j] of shape (n1,)."""
         return self.columns([int(j)])[:, 0]
 
+    def subset(self, rows=None, cols=None) -> LinearOperator:
+        """The operator of K[rows][:, cols] (``None`` keeps all rows / columns).
+
+        Kernel, dense and feature operators return an operator of the same kind on the selected
+        points (products cost O(len(rows) len(cols))); others a :class:`SubsetOperator` view.
+        """
+        n1, n2 = self.shape
+        r = None if rows is None else _index(rows, n1, self.device, "rows")
+        c = None if cols is None else _index(cols, n2, self.device, "cols")
+        if r is None and c is None:
+            return self
+        return self._subset(r, c)
+
+    def _subset(self, rows, cols) -> LinearOperator:
+        return SubsetOperator(self, rows, cols)
+
     def to_dense(self) -> torch.Tensor:
         """The full matrix; raises ``MemoryError`` if it exceeds the memory budget."""
         if not self.fits_in_memory(copies=1):
@@ -683,6 +699,14 @@ class KernelOperator(LinearOperator):
         P2 = self._P2 if cols.shape[0] == n2 and _is_arange(cols) else self._P2[cols]
         return self.kernel._block(P1, P2)
 
+    def _subset(self, rows, cols):
+        X1 = self.X1 if rows is None else self.X1[rows]
+        if self.symmetric and (rows is cols or (rows is not None and cols is not None
+                                                 and torch.equal(rows, cols))):
+            return KernelOperator(self.kernel, X1, options=self.options)
+        X2 = self.X2 if cols is None else self.X2[cols]
+        return KernelOperator(self.kernel, X1, X2, options=self.options)
+
     def to_dense(self) -> torch.Tensor:
         """The full matrix; raises ``MemoryError`` if it exceeds the memory budget.
 
@@ -805,6 +829,12 @@ class DenseOperator(LinearOperator):
         j = int(_index([int(j)], self.shape[1], self.device, "j")[0])
         return self._columns_t()[j]
 
+    def _subset(self, rows, cols):
+        K = self.K if rows is None else self.K[rows]
+        K = K if cols is None else K[:, cols]
+        same = rows is cols or (rows is not None and cols is not None and torch.equal(rows, cols))
+        return DenseOperator(K, options=self.options, symmetric=self._symmetric and same)
+
     def to_dense(self) -> torch.Tensor:
         """The stored matrix itself (not a copy)."""
         return self.K
@@ -925,8 +955,7 @@ class SubsetOperator(LinearOperator):
         if idx is None:
             return V
         out = torch.zeros(n, V.shape[1], dtype=V.dtype, device=V.device)
-        out[idx] = V
-        return out
+        return out.index_add_(0, idx, V)  # repeated positions add up
 
     def _matmul(self, V):
         out = self.base._matmul(self._scatter(V, self.col_idx, self.base.shape[1]))
@@ -1012,6 +1041,14 @@ class FeatureOperator(LinearOperator):
     def _diagonal(self):
         n = min(self.shape)
         return (self.Phi1[:n] * self.Phi2[:n]).sum(1)
+
+    def _subset(self, rows, cols):
+        P1 = self.Phi1 if rows is None else self.Phi1[rows]
+        if self._symmetric and (rows is cols or (rows is not None and cols is not None
+                                                 and torch.equal(rows, cols))):
+            return FeatureOperator(P1, options=self.options)
+        P2 = self.Phi2 if cols is None else self.Phi2[cols]
+        return FeatureOperator(P1, P2, options=self.options)
 
 
 class BatchedMaskedOperator:

@@ -188,10 +188,18 @@ def _split(estimator, source, rng):
         return source, None
     seed = _holdout_seed(estimator, rng)
     fraction = float(estimator.validation_fraction)
-    if isinstance(source, ArraySource):
-        _, val_idx = holdout_indices(source.X, fraction, seed, y=source.y,
-                                     sample_weight=source.sample_weight)
-        in_val = np.zeros(source.n_samples, dtype=bool)
+    pool, sw = getattr(estimator, "_holdout_rows", (None, None))
+    gathered = isinstance(source, ShardSource) and pool is not None \
+        and pool.shape[0] == source.n_samples
+    if isinstance(source, ArraySource) or gathered:
+        # rows in memory (for a data-parallel fit, every process's rows gathered in rank order,
+        # so the split is the single-process one on the concatenated rows)
+        if gathered:
+            _, val_idx = holdout_indices(pool, fraction, seed, sample_weight=sw)
+        else:
+            _, val_idx = holdout_indices(source.X, fraction, seed, y=source.y,
+                                         sample_weight=source.sample_weight)
+        in_val = np.zeros(source.n_samples, dtype=bool)  # by global position
         in_val[val_idx] = True
         train = SubsetSource(source, lambda s, b: ~in_val[s:s + b])
         val = SubsetSource(source, lambda s, b: in_val[s:s + b])
@@ -237,6 +245,7 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             source, pool, sw = _data_parallel_data(source, pool, sw)
             check_consistent("targets", y_1d=float(y_1d))
         self._y_1d = y_1d
+        self._holdout_rows = (pool, sw)  # the global rows in memory, if any, for the holdout
         rng = fit_random_state(self.random_state)
         if warm and prev[4] == source.n_features:
             C, kernel = prev[0], prev[1]
