@@ -626,31 +626,29 @@ class KernelOperator(LinearOperator):
         return self.kernel._block(self._P1[i0:i1], self._P2[j0:j1])
 
     # ---- products -----------------------------------------------------------------------------
-    def _matmul(self, V: torch.Tensor) -> torch.Tensor:
+    def _tiled(self, V: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """K @ V (or K.T @ V) tile by tile: each tile is computed and used while in cache."""
         n1, n2 = self.shape
         acc = self._acc_dtype(V)
         Vc = V.to(acc)
-        out = torch.zeros(n1, V.shape[1], dtype=acc, device=self.device)
+        out = torch.zeros(n2 if transpose else n1, V.shape[1], dtype=acc, device=self.device)
         bn, bm = self._tiles(V.shape[1])
         for i0 in range(0, n1, bn):
             i1 = min(i0 + bn, n1)
             for j0 in range(0, n2, bm):
                 j1 = min(j0 + bm, n2)
-                out[i0:i1] += torch.mm(self._tile(i0, i1, j0, j1).to(acc), Vc[j0:j1])
+                T = self._tile(i0, i1, j0, j1).to(acc)
+                if transpose:
+                    out[j0:j1] += torch.mm(T.T, Vc[i0:i1])
+                else:
+                    out[i0:i1] += torch.mm(T, Vc[j0:j1])
         return out
 
+    def _matmul(self, V: torch.Tensor) -> torch.Tensor:
+        return self._tiled(V, transpose=False)
+
     def _t_matmul(self, V: torch.Tensor) -> torch.Tensor:
-        n1, n2 = self.shape
-        acc = self._acc_dtype(V)
-        Vc = V.to(acc)
-        out = torch.zeros(n2, V.shape[1], dtype=acc, device=self.device)
-        bn, bm = self._tiles(V.shape[1])
-        for i0 in range(0, n1, bn):
-            i1 = min(i0 + bn, n1)
-            for j0 in range(0, n2, bm):
-                j1 = min(j0 + bm, n2)
-                out[j0:j1] += torch.mm(self._tile(i0, i1, j0, j1).to(acc).T, Vc[i0:i1])
-        return out
+        return self._tiled(V, transpose=True)
 
     def _kt_k_matmul(self, V, W, row_weights):
         """One pass over row blocks: each row block of K is computed once for both products.

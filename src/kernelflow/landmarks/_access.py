@@ -43,6 +43,20 @@ def as_tensor(X, *, name="X", dtype=None) -> torch.Tensor:
     return T
 
 
+def stored_gram(X, kernel, k, *, max_n: int, why: str):
+    """Prologue of the selectors that need the whole kernel matrix in memory.
+
+    Returns ``(X tensor, checked k, DenseGram of K(X, X))``; refuses ``n > max_n`` with a
+    message that starts with ``why`` (what the method stores).
+    """
+    X = as_tensor(X)
+    k = check_k(k, X.shape[0])
+    if X.shape[0] > max_n:
+        raise ValueError(f"{why}; n={X.shape[0]} exceeds max_n={max_n}")
+    K = KernelOperator(kernel, X).to_dense()
+    return X, k, DenseGram(K, check_psd=False)
+
+
 class GramAccess:
     """A symmetric PSD matrix ``K`` of size ``n x n`` seen through a square operator.
 
