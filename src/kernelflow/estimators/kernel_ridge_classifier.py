@@ -11,6 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, check_X_y, to_output
 from ._base import (
     KERNEL_CONSTRAINTS,
@@ -47,7 +48,7 @@ def encode_labels(estimator, X, y, sample_weight):
     return Xt, torch.as_tensor(idx, dtype=torch.long, device=Xt.device), sw, classes
 
 
-class _RidgeClassifierBase(ClassifierMixin, BaseEstimator):
+class _RidgeClassifierBase(AtomicFitMixin, ClassifierMixin, BaseEstimator):
     """Fits the regressor of ``_regressor()`` to {-1, 1} class indicators (one column per class,
     a single column for two classes) and predicts the class of the largest decision value."""
 
