@@ -232,10 +232,10 @@ def test_convergence_warning():
         ({"alpha": 0.0}, np.ones((3, 2)), np.ones(3), "alpha"),
         ({"landmarks": np.ones((2, 5))}, np.ones((3, 2)), np.ones(3), "centres"),
         ({"landmarks": "nope"}, np.ones((3, 2)), np.ones(3), "selector"),
-        # seeded: the hashed split of 4 rows at 1% holds no row for this seed (about 4% of
-        # seeds would give one)
+        # seeded: the streamed split of 4 rows at 1% holds no row for this seed (about 4% of
+        # seeds would give one); rows in memory always hold out ceil(1% of 4) = 1 row
         ({"early_stopping": True, "validation_fraction": 0.01, "random_state": 0},
-         np.random.RandomState(0).rand(4, 2), np.ones(4), "validation"),
+         ChunkSource([(np.random.RandomState(0).rand(4, 2), np.ones(4))]), None, "validation"),
     ],
 )
 def test_bad_input(params, X, y, match):

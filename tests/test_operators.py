@@ -91,3 +91,304 @@ def test_bad_operator_inputs():
         op @ torch.zeros(4)
     with pytest.raises(TypeError):
         op @ np.zeros(3)
+
+
+# ---- one test mixin every operator subclass runs --------------------------------------------
+from kernelflow.operators import (  # noqa: E402
+    BatchedMaskedOperator,
+    DenseOperator,
+    FeatureOperator,
+    LinearOperator,
+    ScaledOperator,
+    SubsetOperator,
+    as_operator,
+)
+
+
+class OperatorContract:
+    """Every product and block of an operator against its own ``to_dense()``.
+
+    A subclass defines ``make(dtype, n1, n2)`` returning ``(operator, reference dense matrix)``
+    built independently of the operator's code, and ``square_only`` when n1 must equal n2.
+    """
+
+    square_only = False
+    exact_dtype = True  # products in the operator's dtype (False: float64 sums)
+
+    def make(self, dtype, n1, n2):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _pair(self, dtype, n1=23, n2=17):
+        if self.square_only:
+            n2 = n1
+        return self.make(dtype, n1, n2)
+
+    def _tol(self, dtype):
+        tol = dict(rtol=1e-4, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-10,
+                                                                             atol=1e-10)
+        return {**tol, "check_dtype": self.exact_dtype}
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    def test_products_match_dense(self, dtype):
+        op, dense = self._pair(dtype)
+        tol = self._tol(dtype)
+        assert isinstance(op, LinearOperator)
+        assert op.shape == tuple(dense.shape) and op.dtype == dtype
+        assert op.device == dense.device
+        torch.testing.assert_close(op.to_dense(), dense, **tol)
+        n1, n2 = op.shape
+        g = torch.Generator().manual_seed(3)
+        V = torch.randn(n2, 4, generator=g, dtype=dtype)
+        W = torch.randn(n1, 4, generator=g, dtype=dtype)
+        A = torch.randn(5, n2, generator=g, dtype=dtype)
+        w = torch.rand(n1, generator=g, dtype=dtype)
+        torch.testing.assert_close(op @ V, dense @ V, **tol)
+        torch.testing.assert_close(op.matmul(V[:, 0]), dense @ V[:, 0], **tol)
+        torch.testing.assert_close(op.t_matmul(W), dense.T @ W, **tol)
+        torch.testing.assert_close(op.t_matmul(W[:, 1]), dense.T @ W[:, 1], **tol)
+        torch.testing.assert_close(op.rmatmul(A), A @ dense.T, **tol)
+        torch.testing.assert_close(op.kt_k_matmul(V, W, row_weights=w),
+                                   dense.T @ (w[:, None] * (dense @ V + W)), **tol)
+        torch.testing.assert_close(op.kt_k_matmul(V), dense.T @ (dense @ V), **tol)
+        torch.testing.assert_close(op.T @ W, dense.T @ W, **tol)
+
+    @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+    def test_blocks_match_dense(self, dtype):
+        op, dense = self._pair(dtype)
+        tol = self._tol(dtype)
+        n1, n2 = op.shape
+        torch.testing.assert_close(op.diagonal(), torch.diagonal(dense)[: min(n1, n2)], **tol)
+        torch.testing.assert_close(op.rows([0, 5, n1 - 1]), dense[[0, 5, n1 - 1]], **tol)
+        torch.testing.assert_close(op.columns([n2 - 1, 2]), dense[:, [n2 - 1, 2]], **tol)
+        torch.testing.assert_close(op.column(3), dense[:, 3], **tol)
+        torch.testing.assert_close(op.block([3, 4, 3], [0, 9]), dense[[3, 4, 3]][:, [0, 9]],
+                                   **tol)
+        torch.testing.assert_close(op.block(torch.tensor([-1]), [1]), dense[[-1]][:, [1]], **tol)
+        mask = torch.zeros(n1, dtype=torch.bool)
+        mask[[1, 6]] = True
+        torch.testing.assert_close(op.rows(mask), dense[mask], **tol)
+
+    def test_empty_and_one_row(self):
+        op, dense = self._pair(torch.float64)
+        n1, n2 = op.shape
+        assert op.matmul(torch.zeros(n2, 0, dtype=torch.float64)).shape == (n1, 0)
+        assert op.rmatmul(torch.zeros(0, n2, dtype=torch.float64)).shape == (0, n1)
+        assert op.rows([]).shape == (0, n2) and op.columns([]).shape == (n1, 0)
+        one, one_dense = self._pair(torch.float64, n1=1, n2=1 if self.square_only else 6)
+        v = torch.ones(one.shape[1], dtype=torch.float64)
+        torch.testing.assert_close(one @ v, one_dense @ v)
+        torch.testing.assert_close(one.t_matmul(torch.ones(1, dtype=torch.float64)),
+                                   one_dense.T @ torch.ones(1, dtype=torch.float64))
+        torch.testing.assert_close(one.diagonal(), torch.diagonal(one_dense))
+
+    def test_wrong_inputs_refused(self):
+        op, _ = self._pair(torch.float64)
+        n1, n2 = op.shape
+        with pytest.raises(ValueError, match="shape"):
+            op @ torch.zeros(n2 + 1, dtype=torch.float64)
+        with pytest.raises(ValueError, match="shape"):
+            op @ torch.zeros(n2, 2, 2, dtype=torch.float64)
+        with pytest.raises(ValueError, match="shape"):
+            op.t_matmul(torch.zeros(n1 + 1, dtype=torch.float64))
+        with pytest.raises(ValueError, match="shape"):
+            op.rmatmul(torch.zeros(n2, dtype=torch.float64))
+        with pytest.raises(TypeError):
+            op @ np.zeros(n2)
+        with pytest.raises(IndexError):
+            op.rows([n1])
+        with pytest.raises(IndexError):
+            op.columns([n2 + 3])
+        with pytest.raises(TypeError, match="integer"):
+            op.rows([0.5])
+        with pytest.raises(ValueError, match="row_weights"):
+            op.kt_k_matmul(torch.zeros(n2, dtype=torch.float64),
+                           row_weights=torch.ones(n1 + 1, dtype=torch.float64))
+
+    def test_fits_in_memory_counts_copies(self):
+        op, _ = self._pair(torch.float64)
+        assert op.fits_in_memory(copies=1)
+        n1, n2 = op.shape
+        assert not op.fits_in_memory(copies=2**62 // (n1 * n2 * 8))
+
+    def test_as_operator_returns_operator_unchanged(self):
+        op, _ = self._pair(torch.float64)
+        assert as_operator(op) is op
+
+
+def _data(dtype, n1, n2, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(n1, d, generator=g, dtype=torch.float64).to(dtype),
+            torch.randn(n2, d, generator=g, dtype=torch.float64).to(dtype))
+
+
+class TestKernelOperatorContract(OperatorContract):
+    def make(self, dtype, n1, n2):
+        X1, X2 = _data(dtype, n1, n2)
+        k = Gaussian(1.3)
+        return KernelOperator(k, X1, X2, options=SMALL_TILES), k(X1, X2)
+
+
+class TestSymmetricKernelOperatorContract(OperatorContract):
+    square_only = True
+
+    def make(self, dtype, n1, n2):
+        X1, _ = _data(dtype, n1, n2)
+        k = Matern(1.0, 1.5)
+        return KernelOperator(k, X1, options=SMALL_TILES), k(X1, X1)
+
+
+class TestDenseOperatorContract(OperatorContract):
+    def make(self, dtype, n1, n2):
+        M = torch.randn(n1, n2, generator=torch.Generator().manual_seed(5),
+                        dtype=torch.float64).to(dtype)
+        return DenseOperator(M), M.clone()
+
+
+class TestDenseOperatorColumnCacheContract(OperatorContract):
+    def make(self, dtype, n1, n2):
+        M = torch.randn(n1, n2, generator=torch.Generator().manual_seed(6),
+                        dtype=torch.float64).to(dtype)
+        return DenseOperator(M, cache_columns=True), M.clone()
+
+
+class TestDenseOperatorFloat64SumsContract(OperatorContract):
+    exact_dtype = False
+
+    def make(self, dtype, n1, n2):
+        M = torch.randn(n1, n2, generator=torch.Generator().manual_seed(6),
+                        dtype=torch.float64).to(dtype)
+        op = DenseOperator(M, options=Options(accumulate_float64=True))
+        op._CHUNK = 4  # several chunks even at these sizes
+        return op, M.clone()
+
+    def test_sums_are_float64(self):
+        op, M = self.make(torch.float32, 9, 5)
+        out = op.t_matmul(torch.ones(9, dtype=torch.float32))
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out, M.double().sum(0), rtol=1e-6, atol=1e-6)
+
+
+class TestScaledOperatorContract(OperatorContract):
+    def make(self, dtype, n1, n2):
+        X1, X2 = _data(dtype, n1, n2, seed=1)
+        k = Laplace(1.0)
+        g = torch.Generator().manual_seed(7)
+        left = torch.rand(n1, generator=g, dtype=torch.float64).to(dtype)
+        right = torch.rand(n2, generator=g, dtype=torch.float64).to(dtype)
+        op = ScaledOperator(KernelOperator(k, X1, X2, options=SMALL_TILES), left, right)
+        return op, left[:, None] * k(X1, X2) * right[None, :]
+
+
+class TestSubsetOperatorContract(OperatorContract):
+    def make(self, dtype, n1, n2):
+        X1, X2 = _data(dtype, n1 + 5, n2 + 4, seed=2)
+        k = Cauchy(1.0)
+        g = torch.Generator().manual_seed(8)
+        rows = torch.randperm(n1 + 5, generator=g)[:n1]
+        cols = torch.randperm(n2 + 4, generator=g)[:n2]
+        op = SubsetOperator(KernelOperator(k, X1, X2, options=SMALL_TILES), rows, cols)
+        return op, k(X1, X2)[rows][:, cols]
+
+
+class TestSymmetricSubsetOperatorContract(OperatorContract):
+    square_only = True
+
+    def make(self, dtype, n1, n2):
+        X1, _ = _data(dtype, n1 + 5, 1, seed=2)
+        k = Gaussian(0.8)
+        rows = torch.randperm(n1 + 5, generator=torch.Generator().manual_seed(9))[:n1]
+        op = SubsetOperator(KernelOperator(k, X1, options=SMALL_TILES), rows, rows)
+        assert op.symmetric
+        return op, k(X1, X1)[rows][:, rows]
+
+
+class TestFeatureOperatorContract(OperatorContract):
+    def make(self, dtype, n1, n2):
+        g = torch.Generator().manual_seed(10)
+        P1 = torch.randn(n1, 6, generator=g, dtype=torch.float64).to(dtype)
+        P2 = torch.randn(n2, 6, generator=g, dtype=torch.float64).to(dtype)
+        return FeatureOperator(P1, P2), P1 @ P2.T
+
+
+class TestTransposedOperatorContract(OperatorContract):
+    def make(self, dtype, n1, n2):
+        X1, X2 = _data(dtype, n2, n1, seed=4)  # the base is (n2, n1)
+        k = Gaussian(1.0)
+        return KernelOperator(k, X1, X2, options=SMALL_TILES).T, k(X1, X2).T
+
+
+def test_batched_masked_operator_matches_per_problem_products():
+    g = torch.Generator().manual_seed(11)
+    X = torch.randn(20, 2, generator=g, dtype=torch.float64)
+    K = Gaussian(1.0)(X, X)
+    masks = (torch.rand(4, 20, generator=g) > 0.3).double()
+    A = torch.randn(4, 20, generator=g, dtype=torch.float64) * masks
+    for base in (K, KernelOperator(Gaussian(1.0), X, options=SMALL_TILES)):
+        op = BatchedMaskedOperator(base, masks)
+        out = op.batch_matmul(A)
+        for b in range(4):
+            expected = masks[b] * (K @ (masks[b] * A[b]))
+            torch.testing.assert_close(out[b], expected)
+            torch.testing.assert_close(op.operator(b) @ A[b], expected)
+        assert bool((out[masks == 0] == 0).all())
+    with pytest.raises(ValueError, match="shape"):
+        op.batch_matmul(A[:2])
+    with pytest.raises(ValueError, match="square"):
+        BatchedMaskedOperator(K[:5], masks)
+
+
+def test_as_operator_converts_and_refuses():
+    M = np.arange(6.0).reshape(2, 3)
+    op = as_operator(M)
+    assert isinstance(op, DenseOperator) and op.shape == (2, 3)
+    torch.testing.assert_close(op.to_dense(), torch.from_numpy(M))
+    with pytest.raises(TypeError, match="operator"):
+        as_operator([[1.0]])
+    with pytest.raises(ValueError, match="2-D"):
+        as_operator(torch.zeros(3))
+    with pytest.raises(ValueError, match="shape"):
+        ScaledOperator(torch.ones(2, 2), left=torch.ones(3))
+    with pytest.raises(ValueError, match="finite"):
+        ScaledOperator(torch.ones(2, 2), left=torch.tensor([1.0, float("nan")]))
+
+
+class _WideKernel(Gaussian):
+    """A Gaussian declaring large temporaries: tiles must shrink to keep within the budget."""
+
+    def extra_memory(self, n1, n2):
+        return 20 * n1 * n2
+
+
+def test_tiles_budget_the_kernels_extra_memory():
+    X = torch.randn(3000, 2, dtype=torch.float64)
+    opts = Options(memory_budget=2**22)
+    plain = KernelOperator(Gaussian(1.0), X, options=opts)
+    wide = KernelOperator(_WideKernel(1.0), X, options=opts)
+    bn, bm = plain._tiles()
+    bn_w, bm_w = wide._tiles()
+    assert bm_w == bm and bn_w < bn
+    assert (3 * bn_w * bm_w + 20 * bn_w * bm_w) * 8 <= 2**22
+    v = torch.ones(3000, dtype=torch.float64)
+    torch.testing.assert_close(wide @ v, plain @ v)
+
+
+@pytest.mark.parametrize("make", [
+    lambda X: KernelOperator(Gaussian(1.0), X, options=SMALL_TILES),
+    lambda X: DenseOperator(Gaussian(1.0)(X, X), symmetric=True),
+    lambda X: FeatureOperator(X),
+    lambda X: ScaledOperator(Gaussian(1.0)(X, X), left=torch.linspace(0.5, 1.5, X.shape[0],
+                                                                     dtype=X.dtype)),
+], ids=["kernel", "dense", "feature", "scaled"])
+def test_subset_operators_match_dense_blocks(make):
+    X = torch.randn(30, 3, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    op = make(X)
+    dense = op.to_dense()
+    rows, cols = [4, 0, 17, 29], [3, 3, 8]
+    V = torch.randn(3, 2, dtype=torch.float64)
+    torch.testing.assert_close(op.subset(rows, cols) @ V, dense[rows][:, cols] @ V)
+    torch.testing.assert_close(op.subset(rows) @ torch.ones(30, dtype=torch.float64),
+                               dense[rows].sum(1))
+    sub = op.subset(rows, rows)
+    torch.testing.assert_close(sub.to_dense(), dense[rows][:, rows])
+    assert sub.symmetric == op.symmetric
+    assert op.subset() is op

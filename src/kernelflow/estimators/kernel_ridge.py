@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Real
 
 import numpy as np
@@ -9,14 +10,28 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..solvers.direct import krr_cholesky, krr_spectral, spectrum
+from ..linalg import NearSingularKernelWarning
+from ..solvers.direct import krr_cholesky, krr_lstsq, krr_spectral, spectrum
 from ..solvers.hyperparameters import EXACT_CRITERIA
+from ..utils._finite import NotPositiveDefiniteError
 from ..utils._validation import check_X_y
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._base import PRECOMPUTED_KERNEL_CONSTRAINTS, KernelEstimatorMixin, check_precomputed
 from ._hyperparameters import learn_for_estimator
 from ._uncertainty import exact_log_marginal_likelihood, exact_predict
 
 __all__ = ["KernelRidge"]
+
+
+def _precomputed_solve(K, y, alpha, sample_weight):
+    """Cholesky on a user's kernel matrix; least squares (with a warning) when it is not
+    positive definite, as scikit-learn's ``KernelRidge`` does."""
+    try:
+        return krr_cholesky(K.clone(), y, alpha, sample_weight=sample_weight, overwrite_k=True)
+    except NotPositiveDefiniteError:
+        warnings.warn("The precomputed kernel matrix plus the penalty is not positive "
+                      "definite; using the least-squares solution instead.",
+                      NearSingularKernelWarning, stacklevel=3)
+        return krr_lstsq(K, y, alpha, sample_weight=sample_weight)
 
 
 class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -35,7 +50,10 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     alpha : float or array-like of shape (n_targets,), default=1.0
         Ridge penalty lambda >= 0.
     kernel : str or Kernel, default="rbf"
-        Kernel name (see :data:`kernelflow.kernels.KERNEL_NAMES`) or object.
+        Kernel name (see :data:`kernelflow.kernels.KERNEL_NAMES`) or object, or
+        ``"precomputed"``: ``fit`` then takes the training kernel matrix K of shape
+        (n_samples, n_samples) as X and ``predict`` the kernel between the test and the
+        training points, of shape (n_test, n_samples), as scikit-learn's estimators do.
     sigma : float, array-like of shape (n_features,) or "ard", default=None
         Bandwidth (see :mod:`kernelflow.kernels`), or one per feature; with ``gamma`` also
         None, the median heuristic on the training inputs ("ard": that value per feature).
@@ -62,7 +80,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     dual_coef_ : tensor of shape (n_samples,) or (n_samples, n_targets)
     intercept_ : tensor of shape () or (n_targets,)
     X_fit_ : tensor of shape (n_samples, n_features)
-    kernel_ : Kernel
+    kernel_ : Kernel or "precomputed"
         The kernel with its resolved (or learned) bandwidth.
     sigma_, alpha_, hyperparameters_ : float or ndarray, float, HyperparameterResult
         Learned bandwidth(s), penalty and optimisation record (only with
@@ -86,14 +104,25 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     >>> model = KernelRidge(alpha=0.1, sigma=1.0).fit(X, y)
     >>> round(model.score(X, y), 2)
     0.98
+
+    With a precomputed kernel matrix:
+
+    >>> from kernelflow.kernels import Gaussian
+    >>> import torch
+    >>> Xt = torch.from_numpy(X)
+    >>> K = Gaussian(1.0)(Xt, Xt).numpy()
+    >>> pre = KernelRidge(alpha=0.1, kernel="precomputed").fit(K, y)
+    >>> bool(np.allclose(pre.predict(K[:5]), model.predict(X[:5])))
+    True
     """
 
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
         "solver": [StrOptions({"auto", "cholesky", "eigen"})],
         "learn_hyperparameters": [StrOptions(set(EXACT_CRITERIA)), None],
-        **KERNEL_CONSTRAINTS,
+        **PRECOMPUTED_KERNEL_CONSTRAINTS,
     }
+    _accepts_precomputed = True
 
     def __init__(self, alpha=1.0, *, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
                  fit_intercept=True, solver="auto", options=None, learn_hyperparameters=None):
@@ -122,7 +151,13 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         -------
         self : object
         """
+        precomputed = self._precomputed()
+        if precomputed and self.learn_hyperparameters is not None:
+            raise ValueError("learn_hyperparameters needs the kernel function; it is not "
+                             "available with kernel='precomputed'.")
         X, y, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
+        if precomputed:
+            check_precomputed(self, X, fit=True)
         alpha = np.asarray(self.alpha, dtype=np.float64)
         if not np.all(np.isfinite(alpha)) or np.any(alpha < 0):
             raise ValueError(f"alpha must be non-negative and finite, got {self.alpha!r}.")
@@ -143,10 +178,13 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                 f"{X.shape[0]} x {X.shape[0]} matrices, above the memory budget; use "
                 "NystromKernelRidge instead."
             )
-        K = op.to_dense()
+        # the solvers factorise in place: never the user's own matrix
+        K = X if precomputed else op.to_dense()
         if self.solver == "eigen" and alpha.size == 1:
             s, U = spectrum(K, sw)
             self.dual_coef_ = krr_spectral(s, U, yc, [float(alpha)], sample_weight=sw)[0]
+        elif precomputed:
+            self.dual_coef_ = _precomputed_solve(K, yc, torch.as_tensor(alpha), sw)
         else:
             self.dual_coef_ = krr_cholesky(K, yc, torch.as_tensor(alpha), sample_weight=sw,
                                            overwrite_k=True)
@@ -172,6 +210,9 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
         y_std or y_cov : ndarray or tensor, only when requested
         """
+        if (return_std or return_cov) and self._precomputed():
+            raise ValueError("return_std and return_cov need the kernel function; they are not "
+                             "available with kernel='precomputed'.")
         return exact_predict(self, X, return_std, return_cov)
 
     def log_marginal_likelihood(self):
@@ -184,4 +225,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         -------
         float
         """
+        if self._precomputed():
+            raise ValueError("log_marginal_likelihood needs the kernel function; it is not "
+                             "available with kernel='precomputed'.")
         return exact_log_marginal_likelihood(self)

@@ -11,8 +11,14 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, check_X_y, to_output
-from ._base import KERNEL_CONSTRAINTS
+from ._base import (
+    KERNEL_CONSTRAINTS,
+    PRECOMPUTED,
+    PRECOMPUTED_KERNEL_CONSTRAINTS,
+    check_precomputed,
+)
 from .kernel_ridge import KernelRidge
 from .nystrom_ridge import NYSTROM_CONSTRAINTS, NystromKernelRidge
 
@@ -42,12 +48,15 @@ def encode_labels(estimator, X, y, sample_weight):
     return Xt, torch.as_tensor(idx, dtype=torch.long, device=Xt.device), sw, classes
 
 
-class _RidgeClassifierBase(ClassifierMixin, BaseEstimator):
+class _RidgeClassifierBase(AtomicFitMixin, ClassifierMixin, BaseEstimator):
     """Fits the regressor of ``_regressor()`` to {-1, 1} class indicators (one column per class,
     a single column for two classes) and predicts the class of the largest decision value."""
 
     def _regressor(self):
         raise NotImplementedError
+
+    def _check_kernel_input(self, X, fit: bool) -> None:
+        """Shape checks of a precomputed kernel matrix (none for feature inputs)."""
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -65,6 +74,7 @@ class _RidgeClassifierBase(ClassifierMixin, BaseEstimator):
         self : object
         """
         Xt, idx, sw, self.classes_ = encode_labels(self, X, y, sample_weight)
+        self._check_kernel_input(Xt, fit=True)
         n_classes = self.classes_.shape[0]
         Y = -torch.ones(Xt.shape[0], n_classes, dtype=Xt.dtype, device=Xt.device)
         Y[torch.arange(Xt.shape[0]), idx] = 1.0
@@ -128,6 +138,8 @@ class KernelRidgeClassifier(_RidgeClassifierBase):
     alpha : float, default=1.0
         Ridge penalty (scikit-learn's ``KernelRidge`` scale).
     kernel : str or Kernel, default="rbf"
+        Or ``"precomputed"``: X is then the kernel matrix, (n_samples, n_samples) to fit and
+        (n_test, n_samples) to predict.
     sigma, gamma : float, default=None
         Bandwidth (median heuristic when both are None).
     degree : int, default=3
@@ -159,7 +171,7 @@ class KernelRidgeClassifier(_RidgeClassifierBase):
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="left")],
         "solver": [StrOptions({"auto", "cholesky", "eigen"})],
-        **KERNEL_CONSTRAINTS,
+        **PRECOMPUTED_KERNEL_CONSTRAINTS,
     }
 
     def __init__(self, alpha=1.0, *, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
@@ -177,6 +189,18 @@ class KernelRidgeClassifier(_RidgeClassifierBase):
     def _regressor(self):
         return KernelRidge(alpha=self.alpha, solver=self.solver,
                            **{k: getattr(self, k) for k in _SHARED})
+
+    def _precomputed(self) -> bool:
+        return isinstance(self.kernel, str) and self.kernel == PRECOMPUTED
+
+    def _check_kernel_input(self, X, fit: bool) -> None:
+        if self._precomputed():
+            check_precomputed(self, X, fit=fit)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = self._precomputed()
+        return tags
 
 
 class NystromKernelRidgeClassifier(_RidgeClassifierBase):

@@ -12,7 +12,6 @@ from sklearn.base import (
     TransformerMixin,
     _fit_context,
 )
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
@@ -20,7 +19,7 @@ from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import KernelOperator
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, to_output
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin, fit_random_state
 
 __all__ = ["Nystroem"]
 
@@ -137,7 +136,7 @@ class Nystroem(ClassNamePrefixFeaturesOutMixin, KernelEstimatorMixin, Transforme
             )
             k = n
         self.kernel_ = self._build_kernel(Xt)
-        rs = check_random_state(self.random_state)
+        rs = fit_random_state(self.random_state)
         sel = resolve_centers(self.landmarks, Xt, self.kernel_, k, random_state=rs)
         C = sel.centers.to(dtype=Xt.dtype, device=Xt.device)
         KCC = self.kernel_(C, C)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import warnings
@@ -11,7 +12,6 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
@@ -23,10 +23,11 @@ from ..operators import Options, memory_budget
 from ..solvers.hyperparameters import NYSTROM_CRITERIA
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
 from ..solvers.variance import nystrom_posterior
-from ..sources import ArraySource, DataSource, as_source
+from ..sources import ArraySource, Block, DataSource, SubsetSource, as_source
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ..utils.holdout import holdout_indices, holdout_stream_mask
+from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin, fit_random_state
 from ._hyperparameters import learn_for_nystrom
 from ._uncertainty import nystrom_log_marginal_likelihood
 from ._uncertainty import nystrom_predict as _predict_with_uncertainty
@@ -133,11 +134,80 @@ def _resolved_options(estimator) -> Options:
     return opts
 
 
+class _StreamHoldout(DataSource):
+    """The rows of a stream on one side of the holdout rule for streams
+    (:func:`kernelflow.utils.holdout.holdout_stream_mask`: a row is held out when the hash of
+    its content falls below the fraction); blocks keep their global ``start``."""
+
+    def __init__(self, source: DataSource, fraction: float, seed: int, validation: bool):
+        self.source, self.fraction, self.seed, self.validation = source, fraction, seed, validation
+        self.n_features = source.n_features
+        self.n_outputs = source.n_outputs
+        self._n_samples = None
+
+    @property
+    def has_weights(self) -> bool:
+        return self.source.has_weights
+
+    def _raw_blocks(self, block_size):
+        for b in self.source._raw_blocks(block_size):
+            m = holdout_stream_mask(b.X, self.fraction, self.seed)
+            m = torch.from_numpy(m if self.validation else ~m)
+            if not bool(m.any()):
+                continue
+            yield Block(b.X[m], None if b.y is None else b.y[m],
+                        None if b.sample_weight is None else b.sample_weight[m], b.start)
+
+    def positions(self) -> np.ndarray:
+        """Global positions of the rows on this side (one pass over the rows)."""
+        parts = [b.start + np.flatnonzero(
+            holdout_stream_mask(b.X, self.fraction, self.seed) == self.validation)
+            for b in self.source._raw_blocks(1 << 16)]
+        return np.sort(np.concatenate(parts)).astype(np.int64) if parts else \
+            np.zeros(0, dtype=np.int64)
+
+
+def _holdout_seed(estimator, rng) -> int:
+    """The holdout seed: ``random_state`` itself when it is an integer (so every estimator holds
+    out the same rows for the same ``random_state``), else a draw from the fit's generator."""
+    drawn = int(rng.randint(0, 2**31 - 1))  # drawn in both cases: the centres stay the same
+    rs = estimator.random_state
+    return int(rs) if isinstance(rs, Integral) else drawn
+
+
 def _split(estimator, source, rng):
-    """(train, validation) sources when early stopping, else (source, None)."""
+    """(train, validation) sources when early stopping, else (source, None).
+
+    Rows held in memory are split by :func:`kernelflow.utils.holdout.holdout_indices` (the rule
+    of every early-stopped estimator); streamed or sharded rows by
+    :func:`kernelflow.utils.holdout.holdout_stream_mask`. Sets ``validation_indices_``.
+    """
     if not estimator.early_stopping:
+        if hasattr(estimator, "validation_indices_"):
+            del estimator.validation_indices_
         return source, None
-    train, val = source.split(estimator.validation_fraction, int(rng.randint(0, 2**31 - 1)))
+    seed = _holdout_seed(estimator, rng)
+    fraction = float(estimator.validation_fraction)
+    pool, sw = getattr(estimator, "_holdout_rows", (None, None))
+    gathered = isinstance(source, ShardSource) and pool is not None \
+        and pool.shape[0] == source.n_samples
+    if isinstance(source, ArraySource) or gathered:
+        # rows in memory (for a data-parallel fit, every process's rows gathered in rank order,
+        # so the split is the single-process one on the concatenated rows)
+        if gathered:
+            _, val_idx = holdout_indices(pool, fraction, seed, sample_weight=sw)
+        else:
+            _, val_idx = holdout_indices(source.X, fraction, seed, y=source.y,
+                                         sample_weight=source.sample_weight)
+        in_val = np.zeros(source.n_samples, dtype=bool)  # by global position
+        in_val[val_idx] = True
+        train = SubsetSource(source, lambda s, b: ~in_val[s:s + b])
+        val = SubsetSource(source, lambda s, b: in_val[s:s + b])
+        estimator.validation_indices_ = np.asarray(val_idx, dtype=np.int64)
+    else:
+        train = _StreamHoldout(source, fraction, seed, validation=False)
+        val = _StreamHoldout(source, fraction, seed, validation=True)
+        estimator.validation_indices_ = val.positions()
     counts = torch.tensor([train.n_samples, val.n_samples], dtype=torch.float64)
     if isinstance(source, ShardSource):  # subsets of a shard count this process's rows
         counts = all_reduce_sum(counts)
@@ -175,7 +245,8 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             source, pool, sw = _data_parallel_data(source, pool, sw)
             check_consistent("targets", y_1d=float(y_1d))
         self._y_1d = y_1d
-        rng = check_random_state(self.random_state)
+        self._holdout_rows = (pool, sw)  # the global rows in memory, if any, for the holdout
+        rng = fit_random_state(self.random_state)
         if warm and prev[4] == source.n_features:
             C, kernel = prev[0], prev[1]
             rng.randint(0, 2**31 - 1)  # keep the split seed where a cold fit would draw it
@@ -189,6 +260,7 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                 # a median-heuristic bandwidth (or sigma="ard") depends on each process's shard:
                 # use rank 0's
                 s = broadcast(torch.as_tensor(np.atleast_1d(sigma), dtype=torch.float64).clone())
+                kernel = copy.copy(kernel)  # never the user's kernel object
                 kernel.sigma = float(s[0]) if np.ndim(sigma) == 0 else s.numpy()
         dtype = _compute_dtype(self, x_dtype)
         return source, rng, kernel, C, dtype, (prev if warm else None)
@@ -251,6 +323,9 @@ class NystromKernelRidge(_NystromBase):
         error and stop after ``n_iter_no_change`` iterations without improvement (iterations
         act as regularisation).
     validation_fraction : float, default=0.1
+        Rows held in memory are split by :func:`kernelflow.utils.holdout.holdout_indices` (the
+        same rows as every early-stopped estimator given the same ``random_state``); streamed
+        rows by :func:`kernelflow.utils.holdout.holdout_stream_mask`.
     n_iter_no_change : int, default=5
     warm_start : bool, default=False
         Start from the previous fit's centres, kernel and coefficients.
@@ -306,6 +381,9 @@ class NystromKernelRidge(_NystromBase):
     validation_scores_ : list of float
         Validation mean squared error per iteration (empty without early stopping).
     best_iteration_ : int
+    validation_indices_ : ndarray of shape (n_validation,)
+        Sorted positions of the held-out rows (only with ``early_stopping``; for a sharded
+        source, this process's held-out rows).
     compute_dtype_ : str
     posterior_ : NystromPosterior or None
         DTC posterior factors (``compute_variance=True``), see :mod:`kernelflow.solvers.variance`.

@@ -1,15 +1,18 @@
 """Access to a Gram matrix through blocks and products, shared by every selector.
 
 Selectors never assume that the full ``n x n`` kernel matrix is stored. They see a
-:class:`GramAccess`, which offers the diagonal, column blocks ``K[:, idx]`` and the
-three products that the continuous method needs (``K[idx, :] V``, ``K[:, idx] V`` and
-``K[idx, idx] V``). Three backends exist:
+:class:`GramAccess`: a square :class:`kernelflow.operators.LinearOperator` with the diagonal,
+column blocks ``K[:, idx]`` and the three products that the continuous method needs
+(``K[idx, :] V``, ``K[:, idx] V`` and ``K[idx, idx] V``), all derived from the operator. Three
+constructors pick the operator:
 
-* :class:`DenseGram`: a stored PSD matrix (small problems, tests, precomputed kernels);
-* :class:`KernelGram`: a kernel and points, evaluated lazily through
-  :class:`kernelflow.operators.KernelOperator` (never more than the memory budget);
+* :class:`DenseGram`: a stored PSD matrix (a :class:`~kernelflow.operators.DenseOperator`;
+  small problems, tests, precomputed kernels);
+* :class:`KernelGram`: a kernel and points (a :class:`~kernelflow.operators.KernelOperator`,
+  never more than the memory budget);
 * :class:`FeatureGram`: ``K = A^T A`` for column subset selection on a data matrix ``A``
-  (``m x n``, the ``n`` columns are the items), so ``K`` is never formed.
+  (``m x n``, the ``n`` columns are the items; a :class:`~kernelflow.operators.FeatureOperator`),
+  so ``K`` is never formed.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import logging
 
 import torch
 
+from ..kernels import Kernel
+from ..operators import DenseOperator, FeatureOperator, KernelOperator, LinearOperator, as_operator
 from ._base import check_k, check_points
 
 logger = logging.getLogger(__name__)
@@ -38,37 +43,68 @@ def as_tensor(X, *, name="X", dtype=None) -> torch.Tensor:
     return T
 
 
+def stored_gram(X, kernel, k, *, max_n: int, why: str):
+    """Prologue of the selectors that need the whole kernel matrix in memory.
+
+    Returns ``(X tensor, checked k, DenseGram of K(X, X))``; refuses ``n > max_n`` with a
+    message that starts with ``why`` (what the method stores).
+    """
+    X = as_tensor(X)
+    k = check_k(k, X.shape[0])
+    if X.shape[0] > max_n:
+        raise ValueError(f"{why}; n={X.shape[0]} exceeds max_n={max_n}")
+    K = KernelOperator(kernel, X).to_dense()
+    return X, k, DenseGram(K, check_psd=False)
+
+
 class GramAccess:
-    """Minimal interface to a PSD matrix ``K`` of size ``n x n``.
+    """A symmetric PSD matrix ``K`` of size ``n x n`` seen through a square operator.
 
     ``idx=None`` means all indices. Products take ``V`` of shape ``(len, t)`` or ``(len,)``.
+
+    Parameters
+    ----------
+    op : LinearOperator or tensor of shape (n, n)
     """
 
-    n: int
-    dtype: torch.dtype
+    def __init__(self, op):
+        op = as_operator(op)
+        if op.shape[0] != op.shape[1]:
+            raise ValueError(f"a Gram matrix must be square, got shape {op.shape}")
+        self.op = op
+        self.n = op.shape[0]
+        self.dtype = op.dtype
 
     def diagonal(self) -> torch.Tensor:  # shape: (n,)
-        raise NotImplementedError
+        return self.op.diagonal()
 
     def columns(self, idx) -> torch.Tensor:  # shape: (n, len(idx))
-        raise NotImplementedError
+        return self.op.columns(idx)
 
     def rows_matmul(self, idx, V: torch.Tensor) -> torch.Tensor:  # K[idx, :] @ V
-        raise NotImplementedError
+        return self.op.subset(rows=idx) @ V
 
     def cols_matmul(self, idx, V: torch.Tensor) -> torch.Tensor:  # K[:, idx] @ V
-        raise NotImplementedError
+        return self.op.subset(cols=idx) @ V
 
     def sub_matmul(self, idx, V: torch.Tensor) -> torch.Tensor:  # K[idx][:, idx] @ V
-        raise NotImplementedError
+        return self.op.subset(idx, idx) @ V
 
     def sub_block(self, idx) -> torch.Tensor:  # K[idx][:, idx], dense
         if idx is None:
             return self.to_dense()
-        return self.columns(idx)[idx]
+        return self.op.block(idx, idx)
 
     def to_dense(self) -> torch.Tensor:  # shape: (n, n)
-        return self.columns(torch.arange(self.n))
+        return self.op.to_dense()
+
+    def block(self, rows, cols) -> torch.Tensor:  # K[rows][:, cols], only those entries
+        return self.op.block(rows, cols)
+
+    @property
+    def stored(self) -> bool:
+        """Whether the matrix is held in memory (dense products, free blocks)."""
+        return isinstance(self.op, DenseOperator)
 
     def check_psd_diagonal(self) -> torch.Tensor:
         """Return the diagonal after checking it is finite and non-negative."""
@@ -107,29 +143,8 @@ class DenseGram(GramAccess):
                 raise ValueError(
                     f"K is not positive semi-definite (smallest eigenvalue {lo:.3g})"
                 )
+        super().__init__(DenseOperator(K, symmetric=True))
         self.K = K
-        self.n = K.shape[0]
-        self.dtype = K.dtype
-
-    def diagonal(self):
-        return self.K.diagonal().clone()
-
-    def columns(self, idx):
-        return self.K[:, idx]
-
-    def rows_matmul(self, idx, V):
-        return (self.K if idx is None else self.K[idx]) @ V
-
-    def cols_matmul(self, idx, V):
-        return (self.K if idx is None else self.K[:, idx]) @ V
-
-    def sub_matmul(self, idx, V):
-        if idx is None:
-            return self.K @ V
-        return self.K[idx][:, idx] @ V
-
-    def to_dense(self):
-        return self.K
 
 
 class KernelGram(GramAccess):
@@ -142,60 +157,44 @@ class KernelGram(GramAccess):
     def __init__(self, kernel, X, *, options=None, cache: bool = False):
         self.kernel = kernel
         self.X = X
-        self.n = X.shape[0]
-        self.dtype = X.dtype
         self.options = options
-        self._dense = None
-        if cache:
-            op = self._op(X, X)
-            if op.fits_in_memory():
-                self._dense = op.to_dense()
+        op: LinearOperator = (KernelOperator(kernel, X, options=options)
+                              if isinstance(kernel, Kernel) else _CallOperator(kernel, X))
+        if cache and op.fits_in_memory():
+            op = DenseOperator(op.to_dense(), options=options, symmetric=True)
+        super().__init__(op)
 
-    def _op(self, X1, X2):
-        from kernelflow.operators import KernelOperator
+    @property
+    def _dense(self) -> torch.Tensor | None:
+        """The stored matrix (``cache=True`` and it fitted), else None."""
+        return self.op.to_dense() if self.stored else None
 
-        return KernelOperator(self.kernel, X1, X2, options=self.options)
 
-    def diagonal(self):
-        if self._dense is not None:
-            return self._dense.diagonal().clone()
+class _CallOperator(LinearOperator):
+    """K(X, X) for any object with ``kernel(X1, X2)`` and ``kernel.diag(X)`` (not a
+    :class:`~kernelflow.kernels.Kernel`): blocks are exactly the entries asked for."""
+
+    def __init__(self, kernel, X):
+        self.kernel, self.X = kernel, X
+
+    shape = property(lambda self: (self.X.shape[0], self.X.shape[0]))
+    dtype = property(lambda self: self.X.dtype)
+    device = property(lambda self: self.X.device)
+    symmetric = property(lambda self: True)
+
+    def _block(self, rows, cols):
+        return self.kernel(self.X[rows], self.X[cols])
+
+    def _matmul(self, V):
+        out = torch.zeros(self.X.shape[0], V.shape[1], dtype=self._acc_dtype(V))
+        everything = torch.arange(self.X.shape[0])
+        for i0 in range(0, self.X.shape[0], 1024):
+            rows = everything[i0:i0 + 1024]
+            out[rows] = self._block(rows, everything).to(out.dtype) @ V.to(out.dtype)
+        return out
+
+    def _diagonal(self):
         return self.kernel.diag(self.X)
-
-    def columns(self, idx):
-        if self._dense is not None:
-            return self._dense[:, idx]
-        return self.kernel(self.X, self.X[idx])
-
-    def _pts(self, idx):
-        return self.X if idx is None else self.X[idx]
-
-    def rows_matmul(self, idx, V):
-        if self._dense is not None:
-            return (self._dense if idx is None else self._dense[idx]) @ V
-        return self._op(self._pts(idx), self.X) @ V
-
-    def cols_matmul(self, idx, V):
-        if self._dense is not None:
-            return (self._dense if idx is None else self._dense[:, idx]) @ V
-        return self._op(self.X, self._pts(idx)) @ V
-
-    def sub_matmul(self, idx, V):
-        if self._dense is not None:
-            K = self._dense if idx is None else self._dense[idx][:, idx]
-            return K @ V
-        P = self._pts(idx)
-        return self._op(P, P) @ V
-
-    def sub_block(self, idx):
-        if self._dense is not None:
-            return self._dense if idx is None else self._dense[idx][:, idx]
-        P = self._pts(idx)
-        return self._op(P, P).to_dense()
-
-    def to_dense(self):
-        if self._dense is not None:
-            return self._dense
-        return self._op(self.X, self.X).to_dense()
 
 
 class FeatureGram(GramAccess):
@@ -204,24 +203,4 @@ class FeatureGram(GramAccess):
     def __init__(self, A):
         A = as_tensor(A, name="A")
         self.A = A
-        self.n = A.shape[1]
-        self.dtype = A.dtype
-
-    def _cols(self, idx):
-        return self.A if idx is None else self.A[:, idx]
-
-    def diagonal(self):
-        return (self.A * self.A).sum(0)
-
-    def columns(self, idx):
-        return self.A.T @ self.A[:, idx]
-
-    def rows_matmul(self, idx, V):
-        return self._cols(idx).T @ (self.A @ V)
-
-    def cols_matmul(self, idx, V):
-        return self.A.T @ (self._cols(idx) @ V)
-
-    def sub_matmul(self, idx, V):
-        B = self._cols(idx)
-        return B.T @ (B @ V)
+        super().__init__(FeatureOperator(A.T))

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from ._access import DenseGram, GramAccess, as_tensor, check_k
+from ._access import DenseGram, GramAccess, check_k, stored_gram
 from ._base import LandmarkSelector, Param, Selection, _generator
 
 __all__ = ["KDPP", "sample_kdpp"]
@@ -124,15 +124,7 @@ class KDPP(LandmarkSelector):
         self.max_n = max_n
 
     def select(self, X, kernel, k, *, random_state=None) -> Selection:
-        from kernelflow.operators import KernelOperator
-
-        X = as_tensor(X)
-        k = check_k(k, X.shape[0])
-        if X.shape[0] > self.max_n:
-            raise ValueError(
-                f"exact k-DPP sampling needs an eigendecomposition of the full kernel; "
-                f"n={X.shape[0]} exceeds max_n={self.max_n}"
-            )
-        K = KernelOperator(kernel, X).to_dense()
-        idx = sample_kdpp(DenseGram(K, check_psd=False), k, generator=_generator(random_state))
+        X, k, gram = stored_gram(X, kernel, k, max_n=self.max_n, why=(
+            "exact k-DPP sampling needs an eigendecomposition of the full kernel"))
+        idx = sample_kdpp(gram, k, generator=_generator(random_state))
         return Selection(indices=idx, centers=X[idx], weights=None)

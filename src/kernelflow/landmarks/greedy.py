@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ._access import DenseGram, GramAccess, as_tensor, check_k
+from ._access import DenseGram, GramAccess, check_k, stored_gram
 from ._base import LandmarkSelector, Param, Selection
 
 __all__ = ["GreedySelector", "greedy_selection"]
@@ -113,15 +113,7 @@ class GreedySelector(LandmarkSelector):
         self.max_n = max_n
 
     def select(self, X, kernel, k, *, random_state=None) -> Selection:
-        X = as_tensor(X)
-        k = check_k(k, X.shape[0])
-        if X.shape[0] > self.max_n:
-            raise ValueError(
-                f"greedy selection stores the full {X.shape[0]} x {X.shape[0]} kernel; "
-                f"n exceeds max_n={self.max_n}"
-            )
-        from kernelflow.operators import KernelOperator
-
-        K = KernelOperator(kernel, X).to_dense()
-        idx, _ = greedy_selection(DenseGram(K, check_psd=False), k, criterion=self.criterion)
+        X, k, gram = stored_gram(X, kernel, k, max_n=self.max_n, why=(
+            "greedy selection stores two full n x n matrices"))
+        idx, _ = greedy_selection(gram, k, criterion=self.criterion)
         return Selection(indices=idx, centers=X[idx], weights=None)

@@ -41,9 +41,7 @@ def ridge_leverage_scores(K: torch.Tensor, lam: float) -> torch.Tensor:
 
 def _block(gram: GramAccess, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """``K[rows, cols]`` through the access object (only those entries are evaluated)."""
-    if isinstance(gram, KernelGram) and gram._dense is None:
-        return gram.kernel(gram.X[rows], gram.X[cols])
-    return gram.columns(cols)[rows]
+    return gram.block(rows, cols)
 
 
 def recursive_rls(gram: GramAccess, k: int, *, generator=None, return_scores: bool = False):

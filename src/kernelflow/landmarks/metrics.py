@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ._access import DenseGram, GramAccess, KernelGram, as_tensor
+from ._access import DenseGram, GramAccess, as_tensor
 
 __all__ = [
     "approximation_factor",
@@ -64,7 +64,7 @@ def nystroem_errors(K, F: torch.Tensor) -> dict:
     dict with ``"frobenius_sq"`` (``||K - K^||_F^2``) and ``"trace"`` (``tr(K - K^)``).
     """
     gram = K if isinstance(K, GramAccess) else DenseGram(K, check_psd=False)
-    if isinstance(gram, DenseGram) or (isinstance(gram, KernelGram) and gram._dense is not None):
+    if gram.stored:
         Kd = gram.to_dense()
         R = Kd - F @ F.T
         fro = float((R * R).sum())

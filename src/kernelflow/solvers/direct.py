@@ -20,6 +20,7 @@ from ..linalg import band_reduce, cho_solve, cholesky, symmetric_eigh
 
 __all__ = [
     "krr_cholesky",
+    "krr_lstsq",
     "spectrum",
     "krr_spectral",
     "krr_path",
@@ -88,6 +89,43 @@ def krr_cholesky(
         L, _ = cholesky(A, overwrite=len(values) == 1)
         C[:, cols] = cho_solve(L, Yw[:, cols])
         del L
+    if sw is not None:
+        C = C * sw[:, None]
+    return C[:, 0] if squeeze else C
+
+
+def krr_lstsq(
+    K: torch.Tensor,  # shape: (n, n)
+    Y: torch.Tensor,  # shape: (n,) or (n, t)
+    alpha,  # float or tensor of shape (t,)
+    *,
+    sample_weight: torch.Tensor | None = None,  # shape: (n,)
+) -> torch.Tensor:  # shape: like Y
+    """Kernel ridge coefficients for a matrix that need not be positive definite.
+
+    The same system as :func:`krr_cholesky`, c = W^{1/2} (W^{1/2} K W^{1/2} + alpha I)^{-1}
+    W^{1/2} y, solved in the least-squares sense (the minimum-norm solution when singular), as
+    scikit-learn does when its Cholesky fails on a user's precomputed kernel. Cost O(n^3 t').
+
+    Examples
+    --------
+    >>> import torch
+    >>> K = torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.float64)  # indefinite
+    >>> krr_lstsq(K, torch.tensor([1.0, 0.0], dtype=torch.float64), 0.0).numpy().round(4)
+    array([0., 1.])
+    """
+    Y2, squeeze = _as_2d(Y)
+    Kw, Yw, sw = _weighted(K, Y2, sample_weight)
+    alphas = torch.as_tensor(alpha, dtype=K.dtype).reshape(-1)
+    if alphas.numel() not in (1, Y2.shape[1]):
+        raise ValueError(f"alpha has {alphas.numel()} values but y has {Y2.shape[1]} targets.")
+    C = torch.empty_like(Yw)
+    eye = torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
+    for a in torch.unique(alphas):
+        cols = (alphas == a).nonzero().reshape(-1) if alphas.numel() > 1 else slice(None)
+        A = (Kw + float(a) * eye).double()
+        C[:, cols] = torch.linalg.lstsq(A.cpu(), Yw[:, cols].double().cpu(),
+                                        driver="gelsd").solution.to(C)
     if sw is not None:
         C = C * sw[:, None]
     return C[:, 0] if squeeze else C

@@ -42,10 +42,11 @@ import torch
 from ..distributed._comm import all_reduce_sum
 from ..kernels import Kernel
 from ..linalg import cholesky, conjugate_gradient
-from ..operators import KernelOperator, Options, memory_budget
+from ..operators import DenseOperator, KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress
+from ..utils.monitor import EarlyStopping
 
 __all__ = [
     "NystromPreconditioner",
@@ -67,6 +68,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _F64 = torch.float64
+_F64_SUMS = Options(accumulate_float64=True)  # products in the block dtype, float64 sums
 
 
 def block_rows(n_features: int, n_centers: int, dtype: torch.dtype,
@@ -253,38 +255,17 @@ def _blocks(source, dtype, options, rows):
     return source.iter_blocks(rows, dtype=dtype, device=device)
 
 
-def _mm64(A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """A @ V as one matrix-vector product in A's dtype, returned in float64."""
-    return (A @ V.to(A.dtype)).to(_F64)
+class _DenseBlock(DenseOperator):
+    """A stored block K(X_b, C): a :class:`DenseOperator` with float64 sums.
 
-
-class _DenseBlock:
-    """A stored block K(X_b, C) with the products of :class:`KernelOperator` (float64 sums).
-
-    Sums over rows run in chunks of ``_CHUNK`` rows added in float64: a float32 sum over a whole
-    block (tens of thousands of rows) loses the digits that a small ridge penalty needs (it
-    stalled CG at twice the float64 test error with 2000 centres and lambda = 1e-6).
+    Products run in the block's dtype; sums over rows run in chunks of 1024 rows added in
+    float64: a float32 sum over a whole block (tens of thousands of rows) loses the digits that a
+    small ridge penalty needs (it stalled CG at twice the float64 test error with 2000 centres
+    and lambda = 1e-6).
     """
 
-    _CHUNK = 1024
-
     def __init__(self, K: torch.Tensor):
-        self.K = K
-
-    def matmul(self, V):
-        return _mm64(self.K, V)
-
-    def t_matmul(self, V):
-        out = torch.zeros(self.K.shape[1], V.shape[1], dtype=_F64)
-        for s in range(0, self.K.shape[0], self._CHUNK):
-            out += _mm64(self.K[s:s + self._CHUNK].T, V[s:s + self._CHUNK])
-        return out
-
-    def kt_k_matmul(self, V, row_weights=None):
-        U = _mm64(self.K, V)
-        if row_weights is not None:
-            U *= row_weights.to(_F64).reshape(-1, 1)
-        return self.t_matmul(U)
+        super().__init__(K, options=_F64_SUMS)
 
 
 class _PartialCache:
@@ -703,19 +684,17 @@ def nystrom_krr(
         def to_coef(a):
             return a
 
-    state = {"best": math.inf, "best_iter": 0, "best_coef": None, "since": 0, "scores": [],
-             "early": False, "prev": x0, "small": 0, "reason": "max_iter",
+    state = {"best_coef": None, "early": False, "prev": x0, "small": 0, "reason": "max_iter",
              "t0": time.perf_counter(), "res": [1.0]}
+    monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
 
     def score(k, coef):
         mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset, dtype=dtype,
                                      options=options, block_size=block_size, cache=val_cache)
-        state["scores"].append(mse)
-        if mse < state["best"]:
-            state.update(best=mse, best_iter=k, best_coef=coef.clone(), since=0)
-        else:
-            state["since"] += 1
-        return state["since"] >= n_iter_no_change
+        stop = monitor.update(k, mse)
+        if monitor.best_iteration == k:
+            state["best_coef"] = coef.clone()
+        return stop
 
     if validation is not None:
         score(0, torch.zeros(M, t, dtype=_F64) if coef0 is None else coef0.to(_F64).reshape(M, t))
@@ -759,7 +738,7 @@ def nystrom_krr(
     coef = to_coef(res.x.reshape(M, t))
     best_iter = res.n_iter
     if validation is not None and state["best_coef"] is not None:
-        coef, best_iter = state["best_coef"], state["best_iter"]
+        coef, best_iter = state["best_coef"], monitor.best_iteration
     if not torch.isfinite(coef).all():
         raise DivergenceError("Nyström CG produced non-finite coefficients.")
     reason = "residual" if res.converged else state["reason"]
@@ -767,7 +746,7 @@ def nystrom_krr(
     logger.debug("Nystrom CG: %d iterations, residual %.3g, stopped by %s", res.n_iter,
                  res.residual_norms[-1], reason)
     return NystromSolution(coef=coef, n_iter=res.n_iter, converged=converged,
-                           residual_norms=res.residual_norms, validation_mse=state["scores"],
+                           residual_norms=res.residual_norms, validation_mse=monitor.losses,
                            best_iter=best_iter, total_weight=W, stopped_early=state["early"],
                            solver="cg", residual=float(res.residual_norms[-1]),
                            stop_reason=reason, tolerance=tol)
