@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,6 +84,25 @@ def fold_masks(folds, n: int, device=None) -> torch.Tensor:
         if masks[f].all():
             raise ValueError(f"Fold {f} leaves no training row.")
     return masks
+
+
+#: Below this many multiply-adds per step a grid runs on one torch thread: waking a thread pool
+#: costs more than the product (tens of microseconds, milliseconds on a loaded machine).
+SMALL_STEP = 2_000_000
+
+
+@contextmanager
+def _threads_for(step_work: float):
+    """Hold torch on one thread while a small problem runs; restore the setting afterwards."""
+    before = torch.get_num_threads()
+    if step_work >= SMALL_STEP or before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _penalties(alphas, like: torch.Tensor) -> torch.Tensor:
@@ -157,6 +177,12 @@ def krr_grid_cv(
     sizes = {int(t.numel()) for t in trains}
     groups = [list(range(F))] if len(sizes) == 1 else [[f] for f in range(F)]
     out = torch.zeros(len(kernels), F, lam.numel(), dtype=X.dtype, device=X.device)
+    with _threads_for(F * n**3 / 4):
+        _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out)
+    return _result(out)
+
+
+def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out):
     for si, kern in enumerate(kernels):
         K = kern(X, X)
         for group in groups:
@@ -197,7 +223,6 @@ def krr_grid_cv(
                 else:
                     w = sw[va]
                     out[si, f] = (err * w).sum(-1) / w.sum().clamp_min(1e-300)
-    return _result(out)
 
 
 class _GridProduct:
@@ -352,6 +377,16 @@ def penalized_grid_cv(
     Y = (y * train).repeat_interleave(L, 0)  # (F L, n)
     lam_rows = lam.repeat(F)  # (F L,)
     m_rows = train.sum(1).repeat_interleave(L)  # (F L,) training sizes
+    with _threads_for(F * L * n * n):
+        _penalized_scores(X, y, kernels, penalty, solver, accelerated, step_size, max_iter, tol,
+                          verbose, train, weights, Y, lam_rows, m_rows, out, iters)
+    return _result(out, iters)
+
+
+def _penalized_scores(X, y, kernels, penalty, solver, accelerated, step_size, max_iter, tol,
+                      verbose, train, weights, Y, lam_rows, m_rows, out, iters):
+    F, L = out.shape[1], out.shape[2]
+    n = X.shape[0]
     # one bandwidth at a time keeps the batch at F L rows of n (memory O(F L n + n^2))
     for si in progress(range(len(kernels)), desc=f"K{penalty}R grid", verbose=verbose):
         K = kernels[si](X, X)[None]  # (1, n, n)
@@ -376,4 +411,3 @@ def penalized_grid_cv(
         err = (pred - y).square().reshape(F, L, n)
         out[si] = (err * weights[:, None, :]).sum(-1)
         iters[si] = its.reshape(F, L)
-    return _result(out, iters)
