@@ -88,7 +88,7 @@ def fold_masks(folds, n: int, device=None) -> torch.Tensor:
 
 #: Below this many multiply-adds per step a grid runs on one torch thread: waking a thread pool
 #: costs more than the product (tens of microseconds, milliseconds on a loaded machine).
-SMALL_STEP = 2_000_000
+SMALL_STEP = 30_000_000
 
 
 @contextmanager
