@@ -210,19 +210,18 @@ def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out
             filt = torch.where(denom > tiny[:, :, None], 1.0 / denom.clamp_min(1e-300),
                                torch.zeros_like(denom))
             UtY = U.transpose(1, 2) @ Ytr  # (G, m, t)
-            for g, f in enumerate(group):
-                va = vals[f]
-                W = K[va][:, tr[g]]  # (v, m)
-                if sw is not None:
-                    W = W * root[g][None, :]
-                WU = W @ U[g]  # (v, m)
-                pred = torch.einsum("vm,lm,mt->lvt", WU, filt[g], UtY[g])  # (L, v, t)
-                err = (pred + mu[g] - Y[va][None]).square().mean(-1)  # (L, v)
-                if sw is None:
-                    out[si, f] = err.mean(-1)
-                else:
-                    w = sw[va]
-                    out[si, f] = (err * w).sum(-1) / w.sum().clamp_min(1e-300)
+            va = torch.stack([vals[f] for f in group])  # (G, v): equal sizes within a group
+            W = K[va[:, :, None], tr[:, None, :]]  # (G, v, m)
+            if sw is not None:
+                W = W * root[:, None, :]
+            WU = W @ U  # (G, v, m)
+            pred = WU[:, None] @ (filt[..., None] * UtY[:, None])  # (G, L, v, t)
+            err = (pred + mu[:, None] - Y[va][:, None]).square().mean(-1)  # (G, L, v)
+            if sw is None:
+                out[si, group] = err.mean(-1)
+            else:
+                w = sw[va][:, None, :]  # (G, 1, v)
+                out[si, group] = (err * w).sum(-1) / w.sum(-1).clamp_min(1e-300)
 
 
 class _GridProduct:
