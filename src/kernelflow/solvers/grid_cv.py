@@ -50,15 +50,15 @@ class GridCVResult:
     best_index : tuple of int
         ``(bandwidth, penalty)`` index of the smallest ``cv_mse`` (first one in row-major order
         on ties).
-    fold_mse : tensor of shape (S, F, L)
-        Validation MSE of every problem.
+    fold_mse : tensor of shape (S, F, L) or None
+        Validation MSE of every problem (None where only the means were gathered).
     n_iter : tensor of shape (S, F, L) or None
         Iterations run by each problem (iterative solvers only).
     """
 
     cv_mse: torch.Tensor
     best_index: tuple[int, int]
-    fold_mse: torch.Tensor
+    fold_mse: torch.Tensor | None = None
     n_iter: torch.Tensor | None = None
 
 
