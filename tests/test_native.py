@@ -79,6 +79,26 @@ def test_threads_do_not_change_the_result():
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
+def test_small_work_stays_on_the_calling_thread(monkeypatch):
+    # a few small problems: no worker pool is created, and the default gives the same result
+    K, y = _problem(3)
+    n = y.numel()
+    train = torch.ones(3, n, dtype=DT)
+    for f in range(3):
+        train[f, f::3] = 0
+    wval = (1 - train) / (1 - train).sum(1, keepdim=True)
+    args = ("coordinate", K[None], y.unsqueeze(0), train, wval, [0, 0, 0], [0, 0, 0],
+            [0, 1, 2])
+    monkeypatch.setattr(_native, "_POOLS", {})
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    default = _native.run_problems(*args, eta=0.01, max_iter=300, patience=30)
+    assert _native._POOLS == {}
+    pooled = _native.run_problems(*args, eta=0.01, max_iter=300, patience=30, n_threads=2)
+    assert list(_native._POOLS) == [2]
+    for a, b in zip(default, pooled):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
 @pytest.mark.parametrize("path, method", [(sign_gradient_path, "sign"),
                                           (coordinate_descent_path, "coordinate")])
 def test_single_path_equals_the_direct_loop(path, method):

@@ -5,22 +5,23 @@ import warnings
 import numpy as np
 import pytest
 
-import kernelflow.solvers.path_cv as path_cv
+import kernelflow.solvers.grid_cv as grid_cv
 from kernelflow.estimators.penalized_cv import PenalizedKernelRegressorCV
 
 
 def test_default_grid_work_is_bounded(monkeypatch):
-    # the default grid: 10 penalties x at most max_iter FISTA iterations each, every bandwidth
-    # and fold advancing as one batch (the earlier defaults allowed 30 x 10000)
+    # the default grid: one FISTA run of at most max_iter iterations per bandwidth, all folds
+    # and penalties of that bandwidth advancing as one batch (the earlier defaults allowed
+    # 30 x 10000 iterations)
     calls = []
-    fista = path_cv.fista
+    fista = grid_cv.fista
 
     def counting(*args, **kwargs):
         out = fista(*args, **kwargs)
         calls.append((kwargs["max_iter"], int(out[2].max()), out[0].shape[0]))
         return out
 
-    monkeypatch.setattr(path_cv, "fista", counting)
+    monkeypatch.setattr(grid_cv, "fista", counting)
     rng = np.random.RandomState(0)
     X = rng.randn(30, 3)
     y = X[:, 0] + 0.1 * rng.randn(30)
@@ -28,8 +29,8 @@ def test_default_grid_work_is_bounded(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model.fit(X, y)
-    assert len(calls) == model.alphas_.size == 10
-    assert all(cap == 100 and its <= cap and batch == 10 * 5 for cap, its, batch in calls)
+    assert len(calls) == model.sigmas_.size == 10
+    assert all(cap == 100 and its <= cap and batch == 5 * 10 for cap, its, batch in calls)
     assert model.n_iter_ <= 100 and model.cv_mse_.shape == (10, 10)
     assert np.isfinite(model.cv_mse_).all()
     assert model.score(X, y) > 0.8

@@ -1,15 +1,19 @@
-"""Kernel ridge regression with penalty and bandwidth chosen by exact leave-one-out."""
+"""Kernel ridge regression with penalty and bandwidth chosen by leave-one-out, GCV or k-fold."""
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
-from sklearn.utils._param_validation import StrOptions
+from sklearn.model_selection import check_cv
+from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 
 from ..distributed.auto import DISTRIBUTED_CONSTRAINT, collective_errors, data_parallel
 from ..distributed.cv import check_replicated, my_share, reduce_scores
 from ..kernels import make_kernel
 from ..solvers.direct import gcv_mse_spectral, krr_spectral, loo_mse_spectral, spectrum
+from ..solvers.grid_cv import krr_grid_cv
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -39,6 +43,15 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         Candidate bandwidths. None: the median heuristic times np.logspace(-1, 1, 9) for
         distance kernels, or the kernel as given.
     criterion : {"loo", "gcv"}, default="loo"
+        Used when ``cv`` is None.
+    cv : None, int, cross-validation splitter or iterable, default=None
+        None: exact leave-one-out or GCV (``criterion``). Otherwise k-fold cross-validation as
+        in scikit-learn's ``check_cv`` (an int k gives ``KFold(k)`` without shuffling): for
+        each bandwidth the training kernels of all folds are decomposed in one batched
+        eigendecomposition, which scores every penalty at once
+        (:func:`kernelflow.solvers.grid_cv.krr_grid_cv`); the score of a grid point is the
+        mean over folds of the validation mean squared error. Cost
+        O(n_sigmas n_folds (n^3 + n_alphas n^2)).
     kernel, gamma, degree, coef0, fit_intercept, options
         As in :class:`KernelRidge`; ``kernel`` may be a name or a Kernel object whose
         ``sigma`` is replaced by each candidate.
@@ -74,16 +87,19 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         "alphas": ["array-like"],
         "sigmas": ["array-like", None],
         "criterion": [StrOptions({"loo", "gcv"})],
+        "cv": [None, Interval(Integral, 2, None, closed="left"), HasMethods(["split"]),
+               "array-like"],
         "distributed": DISTRIBUTED_CONSTRAINT,
         **{k: v for k, v in KERNEL_CONSTRAINTS.items() if k != "sigma"},
     }
 
-    def __init__(self, alphas=_DEFAULT_ALPHAS, *, sigmas=None, criterion="loo",
+    def __init__(self, alphas=_DEFAULT_ALPHAS, *, sigmas=None, criterion="loo", cv=None,
                  kernel="rbf", gamma=None, degree=3, coef0=1.0, fit_intercept=True,
                  options=None, distributed="auto"):
         self.alphas = alphas
         self.sigmas = sigmas
         self.criterion = criterion
+        self.cv = cv
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -135,6 +151,8 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                 "KernelRidgeCV needs at least 2 samples for leave-one-out, got n_samples = 1."
             )
         yc, intercept = self._center_targets(y, sw)
+        if self.cv is not None:
+            return self._fit_kfold(X, y, yc, sw, intercept, alphas)
         score_fn = loo_mse_spectral if self.criterion == "loo" else gcv_mse_spectral
         kernels, sigmas = self._candidate_kernels(X if sw is None else X[sw > 0])
         parallel = data_parallel(self.distributed)
@@ -175,6 +193,30 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.dual_coef_ = krr_spectral(s, U, yc, [self.alpha_], sample_weight=sw)[0]
         return self
 
+    def _fit_kfold(self, X, y, yc, sw, intercept, alphas):
+        n = X.shape[0]
+        splitter = check_cv(self.cv)
+        idx = np.zeros((n, 1))
+        folds = [np.asarray(te) for _, te in splitter.split(idx, np.zeros(n))]
+        kernels, sigmas = self._candidate_kernels(X if sw is None else X[sw > 0])
+        # with an intercept every fold centres its targets by its own training mean
+        res = krr_grid_cv(X, y if self.fit_intercept else yc, kernels, alphas, folds,
+                          sample_weight=sw, fit_intercept=self.fit_intercept)
+        errors = res.cv_mse.detach().cpu().numpy()
+        i, j = res.best_index
+        self.X_fit_ = X
+        self.kernel_ = kernels[i]
+        self.sigma_ = sigmas[i]
+        self.alpha_ = float(alphas[j])
+        self.best_score_ = float(errors[i, j])
+        self.cv_results_ = {"sigmas": np.array(sigmas, dtype=object), "alphas": alphas,
+                            "mean_error": errors,
+                            "fold_error": res.fold_mse.detach().cpu().numpy()}
+        self.intercept_ = intercept
+        s, U = spectrum(self._operator(X).to_dense(), sw)
+        self.dual_coef_ = krr_spectral(s, U, yc, [self.alpha_], sample_weight=sw)[0]
+        return self
+
     def predict(self, X):
         """Predict with the selected penalty and bandwidth.
 
@@ -187,3 +229,4 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
         """
         return self._kernel_predict(X)
+

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..operators import KernelOperator
@@ -155,7 +157,8 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
             yc = yc * (scale if yc.ndim == 1 else scale[:, None])
         res = proximal_gradient(K, yc, float(self.alpha), penalty=self.penalty,
                                 learning_rate=self.learning_rate, max_iter=self.max_iter,
-                                tol=self.tol)
+                                tol=self.tol, warn=False)
+        warn_unconverged(res, self.max_iter, self.tol)
         self.X_fit_ = X
         self.dual_coef_ = res.alpha if scale is None else \
             res.alpha * (scale if res.alpha.ndim == 1 else scale[:, None])
@@ -194,3 +197,13 @@ def _merge_duplicates(X, y, sw):
     d = X.shape[1]
     y_new = uniq[:, d:].to(y.dtype)
     return uniq[:, :d].contiguous(), (y_new[:, 0] if y.ndim == 1 else y_new), merged
+
+
+def warn_unconverged(res, max_iter, tol) -> None:
+    """Raise scikit-learn's ``ConvergenceWarning`` for a proximal solve that hit ``max_iter``."""
+    if not res.converged:
+        warnings.warn(
+            f"proximal gradient did not reach the KKT tolerance {tol:g} in {max_iter} "
+            f"iterations (KKT residual {res.kkt_residual:.3g}); increase max_iter or tol.",
+            ConvergenceWarning, stacklevel=3,
+        )

@@ -13,12 +13,13 @@ from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..distributed.cv import cv_solver
 from ..operators import KernelOperator
 from ..solvers.direct import krr_cholesky
-from ..solvers.path_cv import krr_grid_cv, penalized_grid_cv
+from ..solvers.grid_cv import krr_grid_cv, penalized_grid_cv
 from ..solvers.prox import lambda_max
 from ..solvers.proximal import proximal_gradient
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from .path_cv import bandwidth_grid, cv_folds, grid_kernels
+from .penalized import warn_unconverged
 
 __all__ = ["PenalizedKernelRegressorCV"]
 
@@ -41,12 +42,11 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
     Solves alpha = argmin 1/2 ||y - K alpha||^2_{K^-1} + lambda P(alpha) (Allerbo's Eq. 5b with
     the penalty swapped: P = ||.||_inf is the robust Kl_infR, P = ||.||_1 the sparse Kl1R,
     P = 1/2 ||.||^2 kernel ridge regression) for every (bandwidth, penalty) pair of a grid and
-    every fold of a ``cv``-fold split, all (bandwidth, fold) problems batched and the penalties
-    visited from largest to smallest with warm starts
-    (:func:`kernelflow.solvers.path_cv.penalized_grid_cv`; the l2 case uses one
-    eigendecomposition per problem). The pair with the smallest mean validation MSE is refitted
-    on all rows by FISTA to the KKT tolerance ``tol``. Cost: O(S F n^2) per FISTA iteration for S
-    bandwidths and F folds.
+    every fold of a ``cv``-fold split; all folds and penalties of one bandwidth advance together,
+    one matrix product per step (:func:`kernelflow.solvers.grid_cv.penalized_grid_cv`; the l2
+    case uses one batched eigendecomposition per bandwidth). The pair with the smallest mean
+    validation MSE is refitted on all rows by FISTA to the KKT tolerance ``tol``. Cost:
+    O(S F L n^2) per FISTA iteration for S bandwidths, F folds and L penalties.
 
     Parameters
     ----------
@@ -199,7 +199,9 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
             self.n_iter_ = 1  # one direct solve
         else:
             fit = proximal_gradient(K, yc, self.alpha_, penalty=self.penalty,
-                                    max_iter=int(self.max_iter), tol=float(self.tol))
+                                    max_iter=int(self.max_iter), tol=float(self.tol),
+                                    warn=False)
+            warn_unconverged(fit, self.max_iter, self.tol)
             self.dual_coef_ = fit.alpha
             self.n_iter_ = int(fit.n_iter)
         self.support_ = torch.nonzero(self.dual_coef_ != 0).reshape(-1).cpu().numpy()

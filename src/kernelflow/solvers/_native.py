@@ -36,6 +36,19 @@ _U8 = ctypes.POINTER(ctypes.c_uint8)
 # sign descent recomputes its running sums from alpha every max(RESYNC, n) steps (bounds the
 # rounding drift at O(n) amortised cost per step)
 RESYNC = 256
+#: Below this many estimated row updates (problems x rows x expected steps) a call runs on the
+#: calling thread: handing slices to worker threads costs more than the loops themselves.
+SMALL_WORK = 20_000_000
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """One lasting pool per thread count (no pool is created or torn down per call)."""
+    pool = _POOLS.get(threads)
+    if pool is None:
+        pool = _POOLS[threads] = ThreadPoolExecutor(threads,
+                                                    thread_name_prefix="kernelflow-paths")
+    return pool
 
 
 _REASON: list[str] = []
@@ -122,7 +135,8 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
     return_alpha : bool, default=False
         Also return the final coefficients, shape (P, n).
     n_threads : int, optional
-        Threads over problems (default ``torch.get_num_threads()``).
+        Threads over problems (default ``torch.get_num_threads()``, and one thread when the
+        estimated work, P n min(max_iter, 20 patience), is below ``SMALL_WORK``).
 
     Returns
     -------
@@ -172,13 +186,16 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
             None if alpha is None else _ptr(alpha[lo:], real),
         )
 
-    threads = max(1, min(P, n_threads or torch.get_num_threads()))
+    if not n_threads:
+        steps = min(int(max_iter), 20 * patience)
+        n_threads = 1 if P * n * steps < SMALL_WORK else torch.get_num_threads()
+    threads = max(1, min(P, n_threads))
     if threads == 1:
         codes = [run(0, P)]
     else:  # ctypes releases the GIL; small slices keep the threads evenly loaded
         size = max(1, P // (8 * threads))
-        with ThreadPoolExecutor(threads) as pool:
-            codes = list(pool.map(lambda lo: run(lo, min(P, lo + size)), range(0, P, size)))
+        codes = list(_pool(threads).map(lambda lo: run(lo, min(P, lo + size)),
+                                        range(0, P, size)))
     if any(c != 0 for c in codes):
         raise MemoryError("kernelflow._paths could not allocate its scratch memory.")
     out = (best, best_it, n_iter)

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from sklearn.exceptions import ConvergenceWarning
 
+from ..utils._warnings import SolverConvergenceWarning
 from .paths import DivergenceError, _check_eta, _Matrix, largest_eigenvalue
 from .prox import PENALTIES, prox
 
@@ -321,7 +321,7 @@ def proximal_gradient(K, y: torch.Tensor, lam, *, penalty: str = "linf", learnin
         (:func:`polish_solution`, dense K of at most 4000 rows); accepted only if it meets the
         KKT tolerance.
     warn : bool, default=True
-        Issue a ``ConvergenceWarning`` when the tolerance is not met.
+        Issue a ``SolverConvergenceWarning`` (a ``UserWarning``) when the tolerance is not met.
 
     Returns
     -------
@@ -365,7 +365,7 @@ def proximal_gradient(K, y: torch.Tensor, lam, *, penalty: str = "linf", learnin
         warnings.warn(
             f"proximal gradient did not reach the KKT tolerance {tol:g} in {max_iter} iterations "
             f"(KKT residual {float(kkt.max()):.3g}); increase max_iter or tol.",
-            ConvergenceWarning, stacklevel=2,
+            SolverConvergenceWarning, stacklevel=2,
         )
 
     def out(A):
