@@ -45,6 +45,7 @@ import torch
 from ..kernels import Kernel
 from ..operators import Options, memory_budget
 from ..utils._progress import progress
+from ..utils.monitor import BatchedEarlyStopping
 from . import _native
 from .direct import krr_spectral, spectrum
 from .paths import DivergenceError, coordinate_step, gradient_step, sign_step
@@ -142,28 +143,6 @@ def _group_size(n_kernels: int, n: int, n_folds: int, chunk: int, dtype, options
 
 def _step(method: str):
     return {"gradient": gradient_step, "sign": sign_step, "coordinate": coordinate_step}[method]
-
-
-def _scan_chunk(M, k0, best, best_it, stop_it, patience):
-    """Advance the patience rule over a chunk of validation errors M (c, G, F), in place."""
-    c = M.shape[0]
-    steps = torch.arange(k0 + 1, k0 + c + 1, device=M.device).reshape(c, 1, 1)
-    M = torch.where(torch.isnan(M), torch.full_like(M, math.inf), M)
-    # best value before each step of the chunk: exclusive running minimum
-    prev = torch.cat([best.unsqueeze(0), M[:-1]]).cummin(0).values
-    improve = M < prev
-    last = torch.where(improve, steps, torch.zeros_like(steps)).cummax(0).values
-    run_best_it = torch.maximum(last, best_it.unsqueeze(0))
-    run_best = torch.minimum(prev, M)
-    stops = (steps - run_best_it) >= patience
-    active = stop_it == 0
-    first = torch.where(stops.any(0), stops.float().argmax(0), torch.full_like(stop_it, c - 1))
-    pick = first.unsqueeze(0)
-    new_best = run_best.gather(0, pick)[0]
-    new_it = run_best_it.gather(0, pick)[0]
-    best.copy_(torch.where(active, new_best, best))
-    best_it.copy_(torch.where(active, new_it, best_it))
-    stop_it.copy_(torch.where(active & stops.any(0), first + k0 + 1, stop_it))
 
 
 class _SpectralGD:
@@ -273,16 +252,16 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
     A = torch.zeros(G, F, n, dtype=dt, device=dev)
     Z = torch.zeros_like(A)
     H = torch.empty(chunk, G, F, n, dtype=dt, device=dev)
-    best = torch.full((G, F), math.inf, dtype=dt, device=dev)
-    b_it = torch.zeros(G, F, dtype=torch.long, device=dev)
-    stop = torch.zeros(G, F, dtype=torch.long, device=dev)
+    mon = BatchedEarlyStopping((G, F), patience, nonfinite="worst", device=dev, dtype=dt)
+    stop = torch.zeros(G, F, dtype=torch.long, device=dev)  # stopping step, 0 while running
     fid = torch.arange(F, device=dev).expand(G, F)  # fold number of each slot
     train_g, weights_g = train.expand(G, F, n), weights.expand(G, F, n)
 
     def record(rows, mask):
         g = ids[rows].unsqueeze(1).expand_as(fid[rows])[mask]
         f = fid[rows][mask]
-        fold_mse[g, f], best_iter[g, f] = best[rows][mask], b_it[rows][mask]
+        fold_mse[g, f] = mon.best_loss[rows][mask]
+        best_iter[g, f] = mon.best_iteration[rows][mask].clamp_min(0)
         n_iter[g, f] = stop[rows][mask]
 
     k = 0
@@ -304,7 +283,8 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
                 else:
                     Z = torch.bmm(torch.bmm(A, P1), P2, out=H[j])  # (alpha L) L^T
             M = ((H[:c] - y).square_().mul_(weights_g)).sum(-1)  # (c, G, F)
-        _scan_chunk(M, k, best, b_it, stop, patience)
+        mon.update_chunk(k + 1, M)
+        stop = mon.stop_iteration.clamp_min(0)  # 0 while running
         k += c
         if bar is not None:
             bar.update(c)
@@ -313,7 +293,8 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
             every = torch.ones_like(fid, dtype=torch.bool)[done]
             record(torch.nonzero(done).reshape(-1), every)
             keep = ~done
-            ids, A, best, b_it, stop = ids[keep], A[keep], best[keep], b_it[keep], stop[keep]
+            ids, A, stop = ids[keep], A[keep], stop[keep]
+            mon.select(keep)
             fid, train_g, weights_g = fid[keep], train_g[keep], weights_g[keep]
             P1 = P1[keep]
             P2 = None if P2 is None else P2[keep]
@@ -327,7 +308,8 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
             record(rows, stop > 0)
             pick = sel.unsqueeze(-1).expand(-1, -1, n)
             A, Z = A.gather(1, pick), Z.gather(1, pick)
-            best, b_it, stop = best.gather(1, sel), b_it.gather(1, sel), stop.gather(1, sel)
+            stop = stop.gather(1, sel)
+            mon.gather(1, sel)
             fid = fid.gather(1, sel)
             train_g, weights_g = train[fid], weights[fid]
             H = torch.empty(chunk, *A.shape, dtype=dt, device=dev)
