@@ -153,8 +153,13 @@ def test_validation_loss_values():
     assert float(validation_loss(p, yv, torch.tensor([0.0, 1.0, 3.0]))) == pytest.approx(7 / 4)
     blocks = validation_loss(torch.stack([p, yv]), yv)  # leading dimensions are kept
     assert blocks.shape == (2,) and float(blocks[1]) == 0.0
+    # Huber: epsilon = 1.345 * 1.4826 * MAD(y_val) = 1.345 * 1.4826 * 0 -> rms fallback
+    eps = 1.345 * float(yv.square().mean().sqrt())
+    d = torch.tensor([0.0, 2.0, 1.0])
+    want = torch.where(d <= eps, 0.5 * d**2, eps * (d - 0.5 * eps)).mean()
+    assert float(validation_loss(p, yv, loss="huber")) == pytest.approx(float(want))
     with pytest.raises(ValueError, match="validation_loss"):
-        validation_loss(p, yv, loss="huber")
+        validation_loss(p, yv, loss="hinge")
 
 
 def _weighted_data(n=30, seed=0):

@@ -114,6 +114,30 @@ def largest_eigenvalue(K, n_iter: int = 50) -> float:
     return min(1.05 * est, trace) if trace > 0 else 1.05 * est
 
 
+def weighted_largest_eigenvalue(K, w: torch.Tensor) -> float:
+    """s_max(W^1/2 K W^1/2) for positive weights w: exact when dense and small, else power
+    iteration (+5 %); the matrix of the repeated-row problem.
+
+    Examples
+    --------
+    >>> import torch
+    >>> round(weighted_largest_eigenvalue(torch.eye(2, dtype=torch.float64),
+    ...                                   torch.tensor([1.0, 3.0], dtype=torch.float64)), 6)
+    3.0
+    """
+    return _scaled_largest_eigenvalue(K, w.sqrt())
+
+
+def _scaled_largest_eigenvalue(K, sq: torch.Tensor) -> float:
+    """s_max(diag(sq) K diag(sq)); see :func:`weighted_largest_eigenvalue`."""
+    if isinstance(K, torch.Tensor) and K.shape[0] <= EXACT_EIGENVALUE_MAX_N:
+        return largest_eigenvalue(sq[:, None] * K * sq[None, :])
+    Km = _Matrix(K)
+    est = power_iteration(lambda v: (sq * Km.rmatmul((sq * v.to(sq.dtype))[None])[0])
+                          .to(torch.float64), K.shape[0], device=sq.device)
+    return 1.05 * est
+
+
 def gradient_learning_rate(K, s_max: float | None = None) -> float:
     """Safe gradient-descent step ``1 / s_max(K)`` (Prop 5.3: eta <= 2 / s_max keeps ||r||_2
     non-increasing; 1 / s_max also makes every spectral factor 1 - eta s non-negative).
@@ -231,3 +255,209 @@ def coordinate_monotone_step(residual: torch.Tensor, K_column: torch.Tensor,
     bound = torch.where(a == 0, torch.full_like(bound, math.inf), bound)
     return bound.amin()
 
+
+
+# ---- rule objects: one per method, owning its step, automatic step size and stability bound ----
+def _robust_scale(y: torch.Tensor) -> float:
+    """1.4826 x the median absolute deviation from the median (the normal-consistent MAD)."""
+    v = y.reshape(-1).to(torch.float64)
+    if v.numel() == 0:
+        return 1.0
+    s = 1.4826 * float((v - v.median()).abs().median())
+    if s <= 0:  # more than half the values equal: fall back to the root mean square
+        s = float(v.square().mean().sqrt())
+    return s if s > 0 else 1.0
+
+
+class PathRule:
+    """One update rule of the paths: ``alpha += eta * direction(r)``, r = y - K alpha.
+
+    Subclasses set ``name`` and implement :meth:`direction` and :meth:`learning_rate`; the
+    stability bound on eta (inf for rules that cannot diverge) comes from :meth:`max_step`.
+    ``native`` names the compiled loop that runs the rule (:mod:`kernelflow.solvers._native`),
+    ``spectral`` says the closed form of gradient descent applies.
+    """
+
+    name = "rule"
+    native: str | None = None
+    spectral = False
+
+    def direction(self, residual: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+    def step(self, alpha: torch.Tensor, residual: torch.Tensor, eta) -> torch.Tensor:
+        """``alpha + eta * direction(residual)`` on the last dimension."""
+        return alpha + eta * self.direction(residual)
+
+    def learning_rate(self, K, y: torch.Tensor, s_max: float | None = None) -> float:
+        raise NotImplementedError  # pragma: no cover
+
+    def max_step(self, s_max: float) -> float:
+        """Largest stable step for a kernel matrix with top eigenvalue ``s_max``."""
+        return math.inf
+
+    def check_learning_rate(self, eta: float, s_max: float) -> None:
+        """Raise :class:`DivergenceError` when ``eta`` exceeds :meth:`max_step`."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class GradientRule(PathRule):
+    """Kernel gradient descent, ``alpha += eta r`` (optionally with momentum gamma).
+
+    Examples
+    --------
+    >>> import torch
+    >>> GradientRule().step(torch.zeros(2), torch.tensor([1.0, -2.0]), 0.5).tolist()
+    [0.5, -1.0]
+    >>> round(GradientRule().max_step(4.0), 3)
+    0.5
+    """
+
+    name = "gradient"
+    spectral = True
+
+    def __init__(self, momentum: float = 0.0, nesterov: bool = False):
+        self.momentum = float(momentum)
+        self.nesterov = bool(nesterov)
+
+    def direction(self, residual):
+        return residual
+
+    def learning_rate(self, K, y=None, s_max=None):
+        return gradient_learning_rate(K, s_max=s_max)
+
+    def max_step(self, s_max):
+        g = self.momentum
+        bound = 2.0 * (1 + g) / (1 + 2 * g) if self.nesterov else 2.0 * (1 + g)
+        return bound / s_max if s_max > 0 else math.inf
+
+    def check_learning_rate(self, eta, s_max):
+        check_gradient_learning_rate(eta, s_max, self.momentum, self.nesterov)
+
+
+class SignRule(PathRule):
+    """Kernel sign gradient descent, ``alpha += eta sign(r)``: cannot diverge.
+
+    Examples
+    --------
+    >>> import torch
+    >>> SignRule().step(torch.zeros(3), torch.tensor([0.3, -2.0, 0.0]), 0.25).tolist()
+    [0.25, -0.25, 0.0]
+    """
+
+    name = "sign"
+    native = "sign"
+
+    def direction(self, residual):
+        return torch.sign(residual)
+
+    def learning_rate(self, K, y, s_max=None):
+        return sign_learning_rate(K, y, s_max=s_max)
+
+
+class CoordinateRule(PathRule):
+    """Kernel coordinate descent, ``alpha += eta I_inf(r)``: cannot diverge.
+
+    Examples
+    --------
+    >>> import torch
+    >>> CoordinateRule().step(torch.zeros(3), torch.tensor([0.5, -2.0, 1.0]), 0.25).tolist()
+    [0.0, -0.25, 0.0]
+    """
+
+    name = "coordinate"
+    native = "coordinate"
+
+    def direction(self, residual):
+        return coordinate_direction(residual)
+
+    def learning_rate(self, K, y, s_max=None):
+        return coordinate_learning_rate(K, y)
+
+
+#: Huber's tuning constant: 95 % efficiency under normal errors.
+HUBER_CONSTANT = 1.345
+
+
+def huber_epsilon(y: torch.Tensor, constant: float = HUBER_CONSTANT) -> float:
+    """Scale-aware Huber threshold ``constant * 1.4826 * MAD(y)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> round(huber_epsilon(torch.tensor([-1.0, 0.0, 1.0, 50.0])), 3)
+    1.994
+    """
+    return constant * _robust_scale(y)
+
+
+class HuberRule(PathRule):
+    """Kernel gradient descent on the Huber loss: ``alpha += eta psi(r)``.
+
+    psi(r) = clip(r, -epsilon, epsilon) is the derivative of Huber's loss, so the update is
+    the functional gradient step f <- f + eta K psi(y - f) of sum_i huber_epsilon(y_i - f_i):
+    residuals beyond epsilon pull with a bounded force, which makes the path robust to gross
+    outliers; for epsilon above every residual it is plain gradient descent. psi is
+    1-Lipschitz, so the gradient-descent step ``1 / s_max(K)`` is stable (bound 2 / s_max).
+
+    Parameters
+    ----------
+    epsilon : float
+        Threshold between the quadratic and the linear part of the loss.
+
+    Examples
+    --------
+    >>> import torch
+    >>> HuberRule(1.0).step(torch.zeros(3), torch.tensor([0.5, -3.0, 2.0]), 0.5).tolist()
+    [0.25, -0.5, 0.5]
+    """
+
+    name = "huber"
+
+    def __init__(self, epsilon: float):
+        epsilon = float(epsilon)
+        if not (epsilon > 0 and math.isfinite(epsilon)):
+            raise ValueError(f"epsilon must be a positive finite number, got {epsilon}.")
+        self.epsilon = epsilon
+
+    def direction(self, residual):
+        return residual.clamp(-self.epsilon, self.epsilon)
+
+    def learning_rate(self, K, y=None, s_max=None):
+        return gradient_learning_rate(K, s_max=s_max)
+
+    def max_step(self, s_max):
+        return 2.0 / s_max if s_max > 0 else math.inf
+
+    def check_learning_rate(self, eta, s_max):
+        check_gradient_learning_rate(eta, s_max)
+
+    def __repr__(self) -> str:
+        return f"HuberRule(epsilon={self.epsilon:.4g})"
+
+
+def as_rule(rule) -> PathRule:
+    """A :class:`PathRule` from a rule, a method name or one of the three path functions.
+
+    Examples
+    --------
+    >>> as_rule("sign").name
+    'sign'
+    """
+    if isinstance(rule, PathRule):
+        return rule
+    if isinstance(rule, str):
+        rules = {"gradient": GradientRule, "sign": SignRule, "coordinate": CoordinateRule}
+        if rule not in rules:
+            raise ValueError(f"method must be one of {tuple(rules)} or a PathRule, got {rule!r}.")
+        return rules[rule]()
+    name = getattr(rule, "__name__", "")
+    by_function = {"gradient_descent_path": "gradient", "sign_gradient_path": "sign",
+                   "coordinate_descent_path": "coordinate"}
+    if name in by_function and getattr(rule, "__module__", "").startswith(
+            "kernelflow.solvers.paths"):
+        return as_rule(by_function[name])
+    raise ValueError("path_function must be one of the three paths of kernelflow.solvers.paths "
+                     f"or a PathRule, got {rule!r}.")
