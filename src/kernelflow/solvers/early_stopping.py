@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..distributed._comm import all_reduce_sum, is_distributed
@@ -491,12 +492,16 @@ class PathFit:
     learning_rate : float
     early_stopping : EarlyStoppingResult or None
         The validation run, when early stopping was used.
+    validation_indices : ndarray of int64 or None
+        Sorted positions of the held-out rows (:func:`kernelflow.utils.holdout.
+        holdout_weights`), when early stopping was used.
     """
 
     alpha: torch.Tensor
     n_iter: int
     learning_rate: float
     early_stopping: EarlyStoppingResult | None = None
+    validation_indices: np.ndarray | None = None
 
 
 def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, *,
@@ -620,4 +625,5 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
                             validation_weight=None if sw is None else w_va[va_t],
                             validation_loss=validation_loss, **kw)
     res = run(K, y, sw, max_iter=es.best_iteration, **kw, **refit_kw)
-    return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es)
+    return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es,
+                   validation_indices=va_t.cpu().numpy().astype(np.int64))

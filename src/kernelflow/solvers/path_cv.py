@@ -292,7 +292,8 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
                 if rule.name == "sign":  # the same update, in place: two passes, not three
                     A.add_(R.sign_(), alpha=step_size)
                 else:
-                    A = rule.step(A, R, step_size)
+                    A = (rule.step(A, R, step_size, train_g) if rule.name == "huber"
+                         else rule.step(A, R, step_size))
                 if P2 is None:
                     Z = torch.bmm(A, P1, out=H[j])  # rows K alpha_f (K symmetric)
                 else:

@@ -404,8 +404,19 @@ class HuberRule(PathRule):
 
     Parameters
     ----------
-    epsilon : float
-        Threshold between the quadratic and the linear part of the loss.
+    epsilon : float or None, default=None
+        Threshold between the quadratic and the linear part of the loss. None re-estimates it
+        at every step as ``constant * 1.4826 * MAD(r)`` of each problem's current residuals
+        (the root mean square where more than half of them are zero): at alpha = 0 the
+        residual is the signal, and its robust scale shrinks to the noise level as the path
+        fits, so outliers pull less and less.
+    constant : float, default=1.345
+        Huber's tuning constant for the adaptive threshold.
+
+    Attributes
+    ----------
+    last_epsilon : tensor or None
+        Threshold(s) of the last step taken.
 
     Examples
     --------
@@ -416,14 +427,36 @@ class HuberRule(PathRule):
 
     name = "huber"
 
-    def __init__(self, epsilon: float):
-        epsilon = float(epsilon)
-        if not (epsilon > 0 and math.isfinite(epsilon)):
-            raise ValueError(f"epsilon must be a positive finite number, got {epsilon}.")
+    def __init__(self, epsilon: float | None = None, constant: float = HUBER_CONSTANT):
+        if epsilon is not None:
+            epsilon = float(epsilon)
+            if not (epsilon > 0 and math.isfinite(epsilon)):
+                raise ValueError(f"epsilon must be a positive finite number, got {epsilon}.")
         self.epsilon = epsilon
+        self.constant = float(constant)
+        self.last_epsilon = None
 
-    def direction(self, residual):
-        return residual.clamp(-self.epsilon, self.epsilon)
+    def threshold(self, residual: torch.Tensor, mask: torch.Tensor | None = None):
+        """epsilon, or the adaptive threshold of each problem (shape (..., 1))."""
+        if self.epsilon is not None:
+            return self.epsilon
+        r = residual if mask is None else torch.where(mask > 0, residual, torch.nan)
+        med = r.nanmedian(dim=-1, keepdim=True).values
+        mad = (r - med).abs().nanmedian(dim=-1, keepdim=True).values
+        count = residual.shape[-1] if mask is None else (mask > 0).sum(-1, keepdim=True)
+        rms = ((residual.square() if mask is None else (residual * (mask > 0)).square())
+               .sum(-1, keepdim=True) / count).sqrt()
+        return self.constant * torch.where(mad > 0, 1.4826 * mad, rms)
+
+    def direction(self, residual, mask=None):
+        eps = self.threshold(residual, mask)
+        self.last_epsilon = eps
+        if isinstance(eps, float):
+            return residual.clamp(-eps, eps)
+        return torch.minimum(torch.maximum(residual, -eps), eps)
+
+    def step(self, alpha, residual, eta, mask=None):
+        return alpha + eta * self.direction(residual, mask)
 
     def learning_rate(self, K, y=None, s_max=None):
         return gradient_learning_rate(K, s_max=s_max)
@@ -435,7 +468,8 @@ class HuberRule(PathRule):
         check_gradient_learning_rate(eta, s_max)
 
     def __repr__(self) -> str:
-        return f"HuberRule(epsilon={self.epsilon:.4g})"
+        eps = "adaptive" if self.epsilon is None else f"{self.epsilon:.4g}"
+        return f"HuberRule(epsilon={eps})"
 
 
 def as_rule(rule) -> PathRule:
