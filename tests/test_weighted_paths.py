@@ -278,7 +278,7 @@ def test_absolute_validation_loss_in_the_estimator():
     X = rng.uniform(-3, 3, size=(100, 1))
     f = np.sin(X[:, 0])
     y = f + 0.1 * rng.standard_cauchy(100)
-    sq = KernelSignGradient(sigma=1.0, random_state=0).fit(X, y)
+    sq = KernelSignGradient(sigma=1.0, random_state=0, validation_loss="squared").fit(X, y)
     ab = KernelSignGradient(sigma=1.0, random_state=0, validation_loss="absolute").fit(X, y)
     assert ab.n_iter_ > sq.n_iter_
     assert np.median(np.abs(ab.predict(X) - f)) < 0.5 * np.median(np.abs(sq.predict(X) - f))
@@ -289,7 +289,7 @@ def test_absolute_validation_loss_in_the_estimator():
     assert ab.validation_losses_[0] == pytest.approx(np.abs(yc[val]).mean(), rel=1e-12)
     assert sq.validation_losses_[0] == pytest.approx(np.square(yc[val]).mean(), rel=1e-12)
     with pytest.raises(ValueError):
-        KernelSignGradient(validation_loss="huber").fit(X, y)
+        KernelSignGradient(validation_loss="hinge").fit(X, y)
 
 
 def test_weighted_l2_penalty_is_weighted_kernel_ridge():

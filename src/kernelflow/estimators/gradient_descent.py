@@ -46,10 +46,11 @@ class KernelGradientDescent(PathRegressor):
         copies of a row never straddle the split and integer weights act as repeated rows.
     n_iter_no_change : int, default=100
         Patience of the validation monitor (the paper uses 100).
-    validation_loss : {"squared", "absolute"}, default="squared"
+    validation_loss : {"squared", "absolute", "huber"}, default="squared"
         Loss monitored on the validation rows: weighted mean squared error (the paper's choice
-        for every method) or mean absolute error, which gross outliers among the validation
-        rows cannot dominate.
+        for every method), mean absolute error or Huber's loss (epsilon 1.345 x 1.4826 MAD of
+        the validation targets), which gross outliers among the validation rows cannot
+        dominate.
     momentum : float, default=0.0
         Momentum factor gamma in [0, 1).
     nesterov : bool, default=False
@@ -81,6 +82,10 @@ class KernelGradientDescent(PathRegressor):
         Stopping time ``n_iter_ * learning_rate_`` (an inverse penalty).
     validation_losses_ : ndarray of shape (n_evaluated,) or None
         Validation MSE after each step of the validation run (index 0 is alpha = 0).
+    validation_indices_ : ndarray of int64 or None
+        Sorted positions (in the rows passed to ``fit``) of the rows held out to choose the
+        stopping time, by the rule of :mod:`kernelflow.utils.holdout`; None without early
+        stopping.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.

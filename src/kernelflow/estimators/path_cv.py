@@ -29,12 +29,20 @@ _DOC = """{summary}
         A kernel with a bandwidth (Gaussian, Laplace, Matern, Cauchy).
     cv : int or list of array-like, default=10
         Number of folds of a seeded permutation, or explicit validation index arrays.
-    learning_rate : float, default=0.01
-        Step size eta (the papers' value).
+    learning_rate : float or "auto", default="auto"
+        Step size eta. "auto" gives every bandwidth the scale-aware step of the single-path
+        estimator on its kernel matrix (e.g. 0.01 rms(y) / s_max(K) for sign descent); the
+        papers use 0.01 on standardised data.
     max_iter : int, default=10000
         Largest number of steps per problem (t_max / eta).
     n_iter_no_change : int, default=100
         Patience of the stopping rule.
+    validation_loss : {{"squared", "absolute", "huber"}}, default="squared"
+        Loss scored on each fold's validation rows. "squared" runs sign and coordinate descent
+        in the compiled loops; "absolute" and "huber" (robust to gross outliers among the
+        validation rows) run on the batched tensor backend, which is much slower for long
+        paths. To reproduce the paper's protocol use ``learning_rate=0.01``,
+        ``validation_loss="squared"`` and ``fit_intercept=False``.
     fit_intercept : bool, default=True
         {intercept}
     random_state : int, RandomState or None, default=None
@@ -54,7 +62,10 @@ _DOC = """{summary}
     sigma_ : float
         Chosen bandwidth.
     n_iter_ : int
-        Chosen stopping time (steps of the refit); ``t_ = n_iter_ * learning_rate``.
+        Chosen stopping time (steps of the refit); ``t_ = n_iter_ * learning_rate_``.
+    learning_rate_ : float
+        Step of the chosen bandwidth.
+    t_ : float
     sigmas_ : ndarray of shape (n_sigmas,)
     cv_mse_ : ndarray of shape (n_sigmas,)
         Mean over folds of the best validation MSE.

@@ -41,10 +41,12 @@ class KernelSignGradient(PathRegressor):
         copies of a row never straddle the split and integer weights act as repeated rows.
     n_iter_no_change : int, default=100
         Patience of the validation monitor (the paper uses 100).
-    validation_loss : {"squared", "absolute"}, default="squared"
-        Loss monitored on the validation rows: weighted mean squared error (the paper's choice
-        for every method) or mean absolute error, which gross outliers among the validation
-        rows cannot dominate (often the better choice for this robust path).
+    validation_loss : {"huber", "absolute", "squared"}, default="huber"
+        Loss monitored on the validation rows: Huber's loss (epsilon 1.345 x 1.4826 MAD of
+        the validation targets), which gross outliers among the validation rows cannot
+        dominate, the mean absolute error, or the mean squared error (the paper's choice; use
+        it with ``learning_rate=0.01`` and ``fit_intercept=False`` to reproduce the paper's
+        protocol).
     random_state : int, RandomState instance or None, default=None
         Seed of the validation split.
     kernel : str or Kernel, default="rbf"
@@ -66,6 +68,10 @@ class KernelSignGradient(PathRegressor):
     t_ : float
         Stopping time ``n_iter_ * learning_rate_``, the l-infinity radius bound of dual_coef_.
     validation_losses_ : ndarray or None
+    validation_indices_ : ndarray of int64 or None
+        Sorted positions (in the rows passed to ``fit``) of the rows held out to choose the
+        stopping time, by the rule of :mod:`kernelflow.utils.holdout`; None without early
+        stopping.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -90,7 +96,7 @@ class KernelSignGradient(PathRegressor):
     _path_function = staticmethod(sign_gradient_path)
 
     def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
-                 validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
+                 validation_fraction=0.1, n_iter_no_change=100, validation_loss="huber",
                  random_state=None, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
                  fit_intercept=True, options=None, verbose=0):
         super().__init__(
