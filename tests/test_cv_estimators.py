@@ -72,7 +72,7 @@ def test_sign_cv_selects_argmin_and_refits_for_the_mean_best_iteration(sine):
     X, y, X_te, _ = sine
     sigmas = [0.2, 1.0, 5.0]
     model = KernelSignGradientCV(sigmas=sigmas, cv=5, max_iter=3000, fit_intercept=False,
-                                 random_state=1).fit(X, y)
+                                 random_state=1, learning_rate=0.01).fit(X, y)
     folds = kfold_indices(60, 5, random_state=1)
     Xt, yt = torch.tensor(X), torch.tensor(y)
     res = early_stopping_path_cv(Xt, yt, [Gaussian(s) for s in sigmas], folds, max_iter=3000)
@@ -91,7 +91,7 @@ def test_sign_cv_is_robust_where_gradient_cv_is_not():
     # replicate 2 of the earlier version's robust data has gross Cauchy outliers
     X, y, X_te, y_te = make_robust_sine(random_state=2)
     kw = dict(sigmas=list(np.geomspace(0.5, 3, 4)), cv=5, max_iter=3000, random_state=0,
-              fit_intercept=False)
+              fit_intercept=False, learning_rate=0.01)
     r2_sign = KernelSignGradientCV(**kw).fit(X, y).score(X_te, y_te)
     r2_grad = KernelGradientDescentCV(**kw).fit(X, y).score(X_te, y_te)
     assert r2_sign > 0.9 and r2_grad < 0.5

@@ -153,8 +153,13 @@ def test_validation_loss_values():
     assert float(validation_loss(p, yv, torch.tensor([0.0, 1.0, 3.0]))) == pytest.approx(7 / 4)
     blocks = validation_loss(torch.stack([p, yv]), yv)  # leading dimensions are kept
     assert blocks.shape == (2,) and float(blocks[1]) == 0.0
+    # Huber: epsilon = 1.345 * 1.4826 * MAD(y_val) = 1.345 * 1.4826 * 0 -> rms fallback
+    eps = 1.345 * float(yv.square().mean().sqrt())
+    d = torch.tensor([0.0, 2.0, 1.0])
+    want = torch.where(d <= eps, 0.5 * d**2, eps * (d - 0.5 * eps)).mean()
+    assert float(validation_loss(p, yv, loss="huber")) == pytest.approx(float(want))
     with pytest.raises(ValueError, match="validation_loss"):
-        validation_loss(p, yv, loss="huber")
+        validation_loss(p, yv, loss="hinge")
 
 
 def _weighted_data(n=30, seed=0):
@@ -273,7 +278,7 @@ def test_absolute_validation_loss_in_the_estimator():
     X = rng.uniform(-3, 3, size=(100, 1))
     f = np.sin(X[:, 0])
     y = f + 0.1 * rng.standard_cauchy(100)
-    sq = KernelSignGradient(sigma=1.0, random_state=0).fit(X, y)
+    sq = KernelSignGradient(sigma=1.0, random_state=0, validation_loss="squared").fit(X, y)
     ab = KernelSignGradient(sigma=1.0, random_state=0, validation_loss="absolute").fit(X, y)
     assert ab.n_iter_ > sq.n_iter_
     assert np.median(np.abs(ab.predict(X) - f)) < 0.5 * np.median(np.abs(sq.predict(X) - f))
@@ -284,7 +289,7 @@ def test_absolute_validation_loss_in_the_estimator():
     assert ab.validation_losses_[0] == pytest.approx(np.abs(yc[val]).mean(), rel=1e-12)
     assert sq.validation_losses_[0] == pytest.approx(np.square(yc[val]).mean(), rel=1e-12)
     with pytest.raises(ValueError):
-        KernelSignGradient(validation_loss="huber").fit(X, y)
+        KernelSignGradient(validation_loss="hinge").fit(X, y)
 
 
 def test_weighted_l2_penalty_is_weighted_kernel_ridge():

@@ -55,6 +55,8 @@ ESTIMATORS: dict[str, str] = {
     "gradient_descent_cv": _E + "path_cv:KernelGradientDescentCV",
     "sign_gradient_cv": _E + "path_cv:KernelSignGradientCV",
     "coordinate_descent_cv": _E + "path_cv:KernelCoordinateDescentCV",
+    "huber_gradient_descent": _E + "huber_path:KernelHuberGradientDescent",
+    "huber_gradient_descent_cv": _E + "huber_path:KernelHuberGradientDescentCV",
     # explicit penalties and robust losses
     "penalized": _E + "penalized:PenalizedKernelRegressor",
     "penalized_cv": _E + "penalized_cv:PenalizedKernelRegressorCV",

@@ -22,6 +22,8 @@ _LOCATIONS = {
     "KernelGradientDescentCV": ".path_cv",
     "KernelSignGradientCV": ".path_cv",
     "KernelCoordinateDescentCV": ".path_cv",
+    "KernelHuberGradientDescent": ".huber_path",
+    "KernelHuberGradientDescentCV": ".huber_path",
     "PenalizedKernelRegressorCV": ".penalized_cv",
     # robust baselines (M-estimators, quantile regression)
     "KernelHuberRegressor": ".huber",

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 
 from ..solvers.paths import coordinate_descent_path
-from ..typing import ArrayLike, Output
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
-from .gradient_descent import PATH_CONSTRAINTS, _fit_path_estimator
+from ._paths import PathRegressor
 
 __all__ = ["KernelCoordinateDescent"]
 
 
-class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
+class KernelCoordinateDescent(PathRegressor):
     """Sparse kernel regression by coordinate descent from alpha = 0 with early stopping.
 
     Forward stagewise on the dual objective: r_k = y - K alpha_k, and every coordinate m
@@ -45,10 +42,12 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
         copies of a row never straddle the split and integer weights act as repeated rows.
     n_iter_no_change : int, default=100
         Patience of the validation monitor (the paper uses 100).
-    validation_loss : {"squared", "absolute"}, default="squared"
-        Loss monitored on the validation rows: weighted mean squared error (the paper's choice
-        for every method) or mean absolute error, which gross outliers among the validation
-        rows cannot dominate.
+    validation_loss : {"huber", "absolute", "squared"}, default="huber"
+        Loss monitored on the validation rows: Huber's loss (epsilon 1.345 x 1.4826 MAD of
+        the validation targets), which gross outliers among the validation rows cannot
+        dominate, the mean absolute error, or the mean squared error (the paper's choice; use
+        it with ``learning_rate=0.01`` and ``fit_intercept=False`` to reproduce the paper's
+        protocol).
     random_state : int, RandomState instance or None, default=None
         Seed of the validation split.
     kernel : str or Kernel, default="rbf"
@@ -72,6 +71,10 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
     t_ : float
         Stopping time ``n_iter_ * learning_rate_`` (a bound on ||dual_coef_||_1).
     validation_losses_ : ndarray or None
+    validation_indices_ : ndarray of int64 or None
+        Sorted positions (in the rows passed to ``fit``) of the rows held out to choose the
+        stopping time, by the rule of :mod:`kernelflow.utils.holdout`; None without early
+        stopping.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -92,69 +95,21 @@ class KernelCoordinateDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimato
     True
     """
 
-    _parameter_constraints: dict = {**PATH_CONSTRAINTS, **KERNEL_CONSTRAINTS}
-
-    def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
-                 validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
-                 random_state=None, kernel="rbf",
-                 sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, options=None,
-                 verbose=0):
-        self.learning_rate = learning_rate
-        self.max_iter = max_iter
-        self.tol = tol
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.validation_loss = validation_loss
-        self.random_state = random_state
-        self.kernel = kernel
-        self.sigma = sigma
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.fit_intercept = fit_intercept
-        self.options = options
-        self.verbose = verbose
-
     _path_function = staticmethod(coordinate_descent_path)
 
-    def _path_kwargs(self) -> dict:
-        return {}
+    def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
+                 validation_fraction=0.1, n_iter_no_change=100, validation_loss="huber",
+                 random_state=None, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
+                 fit_intercept=True, options=None, verbose=0):
+        super().__init__(
+            learning_rate, max_iter=max_iter, tol=tol, early_stopping=early_stopping,
+            validation_fraction=validation_fraction, n_iter_no_change=n_iter_no_change,
+            validation_loss=validation_loss, random_state=random_state, kernel=kernel,
+            sigma=sigma, gamma=gamma, degree=degree, coef0=coef0, fit_intercept=fit_intercept,
+            options=options, verbose=verbose)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
-        """Fit the model.
-
-        Parameters
-        ----------
-        X : array-like or tensor of shape (n_samples, n_features)
-        y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative weights w; every coordinate m attaining max_i |r_i| moves by
-            eta w_m sign(r_m) (an integer weight equals repeating the row, whose copies tie and
-            move together; rows of weight 0 are dropped). The validation split and loss are
-            weighted too.
-
-        Returns
-        -------
-        self : object
-        """
-        _fit_path_estimator(self, X, y, sample_weight)
+    def _after_fit(self) -> None:
         nz = self.dual_coef_ != 0
         if nz.ndim == 2:
             nz = nz.any(dim=1)
         self.support_ = torch.nonzero(nz).reshape(-1).cpu().numpy()
-        return self
-
-    def predict(self, X: ArrayLike) -> Output:
-        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
-
-        Parameters
-        ----------
-        X : array-like or tensor of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
-        """
-        return self._kernel_predict(X)

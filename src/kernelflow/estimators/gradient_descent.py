@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
+from numbers import Real
 
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..solvers.early_stopping import fit_path
 from ..solvers.paths import gradient_descent_path
-from ..typing import ArrayLike, Output
-from ..utils._validation import check_X_y
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._base import KERNEL_CONSTRAINTS
+from ._paths import PATH_CONSTRAINTS, PathRegressor, fit_path_estimator
+from ._paths import _drop_zero_weights as _drop
 
-__all__ = ["KernelGradientDescent"]
+__all__ = ["KernelGradientDescent", "PATH_CONSTRAINTS"]
 
-#: Constraints shared by the three path estimators.
-PATH_CONSTRAINTS = {
-    "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
-    "max_iter": [Interval(Integral, 0, None, closed="left")],
-    "tol": [Interval(Real, 0, None, closed="left")],
-    "early_stopping": ["boolean"],
-    "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
-    "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
-    "validation_loss": [StrOptions({"squared", "absolute"})],
-    "random_state": ["random_state"],
-    "verbose": ["verbose"],
-}
-
-
-class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
+class KernelGradientDescent(PathRegressor):
     """Kernel regression by gradient descent from alpha = 0, regularised by early stopping.
 
     Iterates alpha_{k+1} = alpha_k + eta (y - K alpha_k) (Allerbo, Eq. 8), gradient descent on
@@ -62,10 +46,11 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
         copies of a row never straddle the split and integer weights act as repeated rows.
     n_iter_no_change : int, default=100
         Patience of the validation monitor (the paper uses 100).
-    validation_loss : {"squared", "absolute"}, default="squared"
+    validation_loss : {"squared", "absolute", "huber"}, default="squared"
         Loss monitored on the validation rows: weighted mean squared error (the paper's choice
-        for every method) or mean absolute error, which gross outliers among the validation
-        rows cannot dominate.
+        for every method), mean absolute error or Huber's loss (epsilon 1.345 x 1.4826 MAD of
+        the validation targets), which gross outliers among the validation rows cannot
+        dominate.
     momentum : float, default=0.0
         Momentum factor gamma in [0, 1).
     nesterov : bool, default=False
@@ -97,6 +82,10 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
         Stopping time ``n_iter_ * learning_rate_`` (an inverse penalty).
     validation_losses_ : ndarray of shape (n_evaluated,) or None
         Validation MSE after each step of the validation run (index 0 is alpha = 0).
+    validation_indices_ : ndarray of int64 or None
+        Sorted positions (in the rows passed to ``fit``) of the rows held out to choose the
+        stopping time, by the rule of :mod:`kernelflow.utils.holdout`; None without early
+        stopping.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -127,110 +116,32 @@ class KernelGradientDescent(KernelEstimatorMixin, RegressorMixin, BaseEstimator)
         "method": [StrOptions({"auto", "spectral", "iterative"})],
         **KERNEL_CONSTRAINTS,
     }
+    _path_function = staticmethod(gradient_descent_path)
 
     def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
                  momentum=0.0, nesterov=False, method="auto", random_state=None, kernel="rbf",
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, options=None,
                  verbose=0):
-        self.learning_rate = learning_rate
-        self.max_iter = max_iter
-        self.tol = tol
-        self.early_stopping = early_stopping
-        self.validation_fraction = validation_fraction
-        self.n_iter_no_change = n_iter_no_change
-        self.validation_loss = validation_loss
+        super().__init__(
+            learning_rate, max_iter=max_iter, tol=tol, early_stopping=early_stopping,
+            validation_fraction=validation_fraction, n_iter_no_change=n_iter_no_change,
+            validation_loss=validation_loss, random_state=random_state, kernel=kernel,
+            sigma=sigma, gamma=gamma, degree=degree, coef0=coef0, fit_intercept=fit_intercept,
+            options=options, verbose=verbose)
         self.momentum = momentum
         self.nesterov = nesterov
         self.method = method
-        self.random_state = random_state
-        self.kernel = kernel
-        self.sigma = sigma
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.fit_intercept = fit_intercept
-        self.options = options
-        self.verbose = verbose
 
     def _path_kwargs(self) -> dict:
         return {"momentum": self.momentum, "nesterov": self.nesterov, "method": self.method}
 
-    _path_function = staticmethod(gradient_descent_path)
 
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
-        """Fit the model.
-
-        Parameters
-        ----------
-        X : array-like or tensor of shape (n_samples, n_features)
-        y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
-        sample_weight : array-like of shape (n_samples,), default=None
-            Non-negative weights w; the update becomes alpha += eta W (y - K alpha), i.e.
-            gradient descent on 1/2 ||W^1/2 y - M beta||^2_{M^-1} with M = W^1/2 K W^1/2 and
-            alpha = W^1/2 beta (an integer weight equals repeating the row; rows of weight 0
-            are dropped). The validation split and loss are weighted too.
-
-        Returns
-        -------
-        self : object
-        """
-        return _fit_path_estimator(self, X, y, sample_weight)
-
-    def predict(self, X: ArrayLike) -> Output:
-        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
-
-        Parameters
-        ----------
-        X : array-like or tensor of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
-        """
-        return self._kernel_predict(X)
+def _fit_path_estimator(est, X, y, sample_weight=None):
+    """The shared fit of the path estimators (:func:`._paths.fit_path_estimator`)."""
+    return fit_path_estimator(est, X, y, sample_weight)
 
 
 def _drop_zero_weights(X, y, sw):
-    """Remove rows of zero weight (they must act as absent rows); check the weights."""
-    if sw is None:
-        return X, y, None
-    if bool((sw < 0).any()):
-        raise ValueError("sample_weight must be non-negative.")
-    keep = sw > 0
-    if not bool(keep.any()):
-        raise ValueError("sample_weight must have at least one positive entry.")
-    if bool(keep.all()):
-        return X, y, sw
-    return X[keep], y[keep], sw[keep]
-
-
-def _fit_path_estimator(est, X, y, sample_weight=None):
-    """Shared fit of the path estimators: validate, centre, run :func:`fit_path`, store.
-
-    Rows of zero weight are removed before anything else (so ``X_fit_`` holds the rows with a
-    positive weight); the remaining weights scale each row's update (see :func:`~kernelflow.
-    solvers.early_stopping.weighted_path`), the intercept is the weighted mean, and the
-    validation split and the monitored loss are weighted.
-    """
-    X, y, sw, _ = check_X_y(est, X, y, sample_weight=sample_weight)
-    X, y, sw = _drop_zero_weights(X, y, sw)
-    est.kernel_ = est._build_kernel(X)
-    yc, est.intercept_ = est._center_targets(y, sw)
-    fit = fit_path(
-        est._path_function, est.kernel_, X, yc, learning_rate=est.learning_rate,
-        max_iter=est.max_iter, early_stopping=est.early_stopping,
-        validation_fraction=est.validation_fraction, n_iter_no_change=est.n_iter_no_change,
-        tol=est.tol, random_state=est.random_state, options=est._options(),
-        verbose=est.verbose, sample_weight=sw, validation_loss=est.validation_loss,
-        **est._path_kwargs(),
-    )
-    est.X_fit_ = X
-    est.dual_coef_ = fit.alpha
-    est.n_iter_ = int(fit.n_iter)
-    est.learning_rate_ = float(fit.learning_rate)
-    est.t_ = est.n_iter_ * est.learning_rate_
-    es = fit.early_stopping
-    est.validation_losses_ = None if es is None else es.validation_losses.numpy()
-    return est
+    """Remove rows of zero weight and check the weights; returns (X, y, sw)."""
+    return _drop(X, y, sw)[:3]

@@ -2,165 +2,12 @@
 
 from __future__ import annotations
 
-from numbers import Integral, Real
-
-import numpy as np
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
-from sklearn.utils._param_validation import Interval
 
-from ..datasets._allerbo import kfold_indices
-from ..distributed.auto import DISTRIBUTED_CONSTRAINT
-from ..distributed.cv import cv_solver
-from ..kernels import Kernel, make_kernel, median_heuristic
-from ..operators import KernelOperator
-from ..solvers.path_cv import early_stopping_path_cv
-from ..solvers.paths import coordinate_descent_path, gradient_descent_path, sign_gradient_path
-from ..utils._finite import DivergenceError
-from ..utils._validation import check_X_y
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._paths import PathCVRegressor, bandwidth_grid, cv_folds, grid_kernels
 
-__all__ = ["KernelGradientDescentCV", "KernelSignGradientCV", "KernelCoordinateDescentCV"]
-
-_CV_CONSTRAINTS = {
-    "sigmas": [Interval(Integral, 1, None, closed="left"), "array-like"],
-    "cv": [Interval(Integral, 2, None, closed="left"), "array-like"],
-    "learning_rate": [Interval(Real, 0, None, closed="neither")],
-    "max_iter": [Interval(Integral, 1, None, closed="left")],
-    "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
-    "random_state": ["random_state"],
-    "verbose": ["verbose"],
-    "distributed": DISTRIBUTED_CONSTRAINT,
-}
-
-
-def bandwidth_grid(sigmas, X: torch.Tensor) -> np.ndarray:
-    """The bandwidth grid: explicit values, or ``n`` log-spaced values median * [1e-2, 1e2]."""
-    if isinstance(sigmas, (int, np.integer)):
-        med = float(median_heuristic(X))
-        med = med if med > 0 else 1.0
-        return med * np.geomspace(1e-2, 1e2, int(sigmas))
-    if np.ndim(sigmas) > 1:
-        raise ValueError(
-            "sigmas is a grid of scalar bandwidths; per-feature (ARD) bandwidths are not "
-            "searched by grid: learn them with kernelflow.hyperparameters.learn_hyperparameters."
-        )
-    grid = np.asarray(sigmas, dtype=float).reshape(-1)
-    if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
-        raise ValueError(f"sigmas must be positive finite bandwidths, got {sigmas!r}.")
-    return grid
-
-
-def grid_kernels(kernel, grid) -> list[Kernel]:
-    """One kernel per bandwidth; ``kernel`` is a name or a Kernel with a ``sigma`` parameter."""
-    if isinstance(kernel, Kernel):
-        if "sigma" not in kernel.get_params():
-            raise ValueError(f"kernel {kernel!r} has no bandwidth to cross-validate.")
-        return [type(kernel)(**{**kernel.get_params(), "sigma": float(s)}) for s in grid]
-    kernels = [make_kernel(kernel, sigma=float(s)) for s in grid]
-    if "sigma" not in kernels[0].get_params():
-        raise ValueError(f"kernel {kernel!r} has no bandwidth to cross-validate.")
-    return kernels
-
-
-def cv_folds(cv, n: int, random_state):
-    """Validation index arrays: ``cv`` folds of a seeded permutation, or the given folds."""
-    if isinstance(cv, (int, np.integer)):
-        if cv > n:
-            raise ValueError(f"cv={cv} folds need at least {cv} samples, got n_samples={n}.")
-        seed = random_state if not isinstance(random_state, np.random.RandomState) else None
-        return kfold_indices(n, int(cv), random_state=seed if seed is not None else random_state)
-    folds = [np.asarray(f, dtype=int).reshape(-1) for f in cv]
-    if len(folds) < 2:
-        raise ValueError("cv must give at least 2 folds.")
-    return folds
-
-
-class _PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
-    """Bandwidth and stopping time by batched path cross-validation, then a refit."""
-
-    _multi_output = False
-    _method = "sign"
-    _parameter_constraints: dict = {**_CV_CONSTRAINTS, **KERNEL_CONSTRAINTS}
-
-    def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate=0.01, max_iter=10000,
-                 n_iter_no_change=100, fit_intercept=True, random_state=None, options=None,
-                 verbose=0, distributed="auto"):
-        self.sigmas = sigmas
-        self.kernel = kernel
-        self.cv = cv
-        self.learning_rate = learning_rate
-        self.max_iter = max_iter
-        self.n_iter_no_change = n_iter_no_change
-        self.fit_intercept = fit_intercept
-        self.random_state = random_state
-        self.options = options
-        self.verbose = verbose
-        self.distributed = distributed
-
-    def _refit(self, K, y, n_iter):
-        raise NotImplementedError  # pragma: no cover
-
-    def _location(self, y):
-        return y.mean()
-
-    @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
-        """Cross-validate bandwidth and stopping time, then refit on all of X.
-
-        Parameters
-        ----------
-        X : array-like or tensor of shape (n_samples, n_features)
-        y : array-like or tensor of shape (n_samples,)
-
-        Returns
-        -------
-        self : object
-        """
-        X, y, _, _ = check_X_y(self, X, y, multi_output=False)
-        grid = bandwidth_grid(self.sigmas, X)
-        kernels = grid_kernels(self.kernel, grid)
-        folds = cv_folds(self.cv, X.shape[0], self.random_state)
-        self.intercept_ = (self._location(y) if self.fit_intercept
-                           else torch.zeros((), dtype=y.dtype, device=y.device))
-        yc = y - self.intercept_
-        # in a process group: bandwidths spread over the processes (same data on all)
-        path_cv, folds = cv_solver(self, early_stopping_path_cv, X, y, folds)
-        res = path_cv(
-            X, yc, kernels, folds, method=self._method, step_size=float(self.learning_rate),
-            max_iter=int(self.max_iter), n_iter_no_change=int(self.n_iter_no_change),
-            options=self._options(), verbose=self.verbose,
-        )
-        best = res.best_index
-        self.sigmas_ = grid
-        self.sigma_ = float(grid[best])
-        self.cv_mse_ = res.cv_mse.detach().cpu().numpy()
-        self.best_iter_ = res.best_iter.detach().cpu().numpy()
-        self.n_iter_ = int(res.stopping_iter[best])
-        self.kernel_ = kernels[best]
-        op = KernelOperator(self.kernel_, X, options=self._options())
-        K = op.to_dense() if op.fits_in_memory() else op
-        path = self._refit(K, yc, self.n_iter_)
-        if not torch.isfinite(path.alpha).all():
-            raise DivergenceError("The refit diverged; lower learning_rate.")
-        self.X_fit_ = X
-        self.dual_coef_ = path.alpha
-        self.t_ = self.n_iter_ * float(self.learning_rate)
-        return self
-
-    def predict(self, X):
-        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
-
-        Parameters
-        ----------
-        X : array-like or tensor of shape (n_samples, n_features)
-
-        Returns
-        -------
-        y_pred : ndarray or tensor of shape (n_samples,)
-        """
-        return self._kernel_predict(X)
-
+__all__ = ["KernelGradientDescentCV", "KernelSignGradientCV", "KernelCoordinateDescentCV",
+           "bandwidth_grid", "grid_kernels", "cv_folds"]
 
 _DOC = """{summary}
 
@@ -182,12 +29,20 @@ _DOC = """{summary}
         A kernel with a bandwidth (Gaussian, Laplace, Matern, Cauchy).
     cv : int or list of array-like, default=10
         Number of folds of a seeded permutation, or explicit validation index arrays.
-    learning_rate : float, default=0.01
-        Step size eta (the papers' value).
+    learning_rate : float or "auto", default="auto"
+        Step size eta. "auto" gives every bandwidth the scale-aware step of the single-path
+        estimator on its kernel matrix (e.g. 0.01 rms(y) / s_max(K) for sign descent); the
+        papers use 0.01 on standardised data.
     max_iter : int, default=10000
         Largest number of steps per problem (t_max / eta).
     n_iter_no_change : int, default=100
         Patience of the stopping rule.
+    validation_loss : {{"squared", "absolute", "huber"}}, default="squared"
+        Loss scored on each fold's validation rows. "squared" runs sign and coordinate descent
+        in the compiled loops; "absolute" and "huber" (robust to gross outliers among the
+        validation rows) run on the batched tensor backend, which is much slower for long
+        paths. To reproduce the paper's protocol use ``learning_rate=0.01``,
+        ``validation_loss="squared"`` and ``fit_intercept=False``.
     fit_intercept : bool, default=True
         {intercept}
     random_state : int, RandomState or None, default=None
@@ -207,7 +62,10 @@ _DOC = """{summary}
     sigma_ : float
         Chosen bandwidth.
     n_iter_ : int
-        Chosen stopping time (steps of the refit); ``t_ = n_iter_ * learning_rate``.
+        Chosen stopping time (steps of the refit); ``t_ = n_iter_ * learning_rate_``.
+    learning_rate_ : float
+        Step of the chosen bandwidth.
+    t_ : float
     sigmas_ : ndarray of shape (n_sigmas,)
     cv_mse_ : ndarray of shape (n_sigmas,)
         Mean over folds of the best validation MSE.
@@ -234,32 +92,40 @@ _DOC = """{summary}
     """
 
 
-class KernelGradientDescentCV(_PathCVRegressor):
+class KernelGradientDescentCV(PathCVRegressor):
     _method = "gradient"
 
-    def _refit(self, K, y, n_iter):
-        return gradient_descent_path(K, y, learning_rate=float(self.learning_rate),
-                                     max_iter=n_iter)
 
-
-class KernelSignGradientCV(_PathCVRegressor):
+class KernelSignGradientCV(PathCVRegressor):
     _method = "sign"
+
+    def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate="auto", max_iter=10000,
+                 n_iter_no_change=100, validation_loss="squared", fit_intercept=True,
+                 random_state=None, options=None, verbose=0, distributed="auto"):
+        super().__init__(sigmas, kernel=kernel, cv=cv, learning_rate=learning_rate,
+                         max_iter=max_iter, n_iter_no_change=n_iter_no_change,
+                         validation_loss=validation_loss, fit_intercept=fit_intercept,
+                         random_state=random_state, options=options, verbose=verbose,
+                         distributed=distributed)
 
     def _location(self, y):
         return torch.quantile(y, 0.5)  # robust: an outlier must not shift every prediction
 
-    def _refit(self, K, y, n_iter):
-        return sign_gradient_path(K, y, learning_rate=float(self.learning_rate), max_iter=n_iter)
 
-
-class KernelCoordinateDescentCV(_PathCVRegressor):
+class KernelCoordinateDescentCV(PathCVRegressor):
     _method = "coordinate"
 
-    def _refit(self, K, y, n_iter):
-        path = coordinate_descent_path(K, y, learning_rate=float(self.learning_rate),
-                                       max_iter=n_iter)
+    def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate="auto", max_iter=10000,
+                 n_iter_no_change=100, validation_loss="squared", fit_intercept=True,
+                 random_state=None, options=None, verbose=0, distributed="auto"):
+        super().__init__(sigmas, kernel=kernel, cv=cv, learning_rate=learning_rate,
+                         max_iter=max_iter, n_iter_no_change=n_iter_no_change,
+                         validation_loss=validation_loss, fit_intercept=fit_intercept,
+                         random_state=random_state, options=options, verbose=verbose,
+                         distributed=distributed)
+
+    def _after_refit(self, path):
         self.support_ = torch.nonzero(path.alpha != 0).reshape(-1).cpu().numpy()
-        return path
 
 
 KernelGradientDescentCV.__doc__ = _DOC.format(

@@ -19,10 +19,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from ..distributed._comm import all_reduce_sum, is_distributed
-from ..linalg import power_iteration, symmetric_eigh
+from ..linalg import symmetric_eigh
 from ..operators import KernelOperator, Options
 from ..utils._progress import progress
 from ..utils.holdout import holdout_weights as validation_weights
@@ -45,6 +46,9 @@ from .paths import (
     sign_learning_rate,
     spectral_filter,
 )
+from .paths.driver import rule_path
+from .paths.rules import PathRule, _scaled_largest_eigenvalue, as_rule
+from .paths.rules import huber_epsilon as _huber_epsilon
 
 __all__ = [
     "EarlyStopping",
@@ -86,7 +90,22 @@ class EarlyStoppingResult:
     validation_losses: torch.Tensor = field(repr=False)
 
 
-LOSSES = ("squared", "absolute")
+LOSSES = ("squared", "absolute", "huber")
+_SINGLE = {"gradient": gradient_descent_path, "sign": sign_gradient_path,
+           "coordinate": coordinate_descent_path}
+
+
+def _single_path(rule: PathRule) -> Callable:
+    """The single-path function that runs ``rule`` (the generic driver for other rules)."""
+    f = _SINGLE.get(rule.name)
+    if f is not None and type(rule).__name__ in ("GradientRule", "SignRule", "CoordinateRule"):
+        return f
+
+    def run(K, y, **kw):
+        for key in ("momentum", "nesterov", "method", "eigh", "incremental", "record_path"):
+            kw.pop(key, None)
+        return rule_path(rule, K, y, **kw)
+    return run
 
 
 def _check_loss(loss: str) -> str:
@@ -108,12 +127,14 @@ def validation_mse(predictions: torch.Tensor, y_val: torch.Tensor) -> torch.Tens
 
 def validation_loss(predictions: torch.Tensor, y_val: torch.Tensor,
                     weight: torch.Tensor | None = None, loss: str = "squared") -> torch.Tensor:
-    """Weighted mean of the squared or absolute errors over the last two dimensions.
+    """Weighted mean of the squared, absolute or Huber errors over the last two dimensions.
 
     ``predictions`` has shape (..., B, m) or (m,) and ``y_val`` broadcasts to it; ``weight`` (m,)
     weighs the validation rows (None: all 1). Returns sum w_i e_i / (B sum w_i) with
-    e = (f - y)^2 (``"squared"``, the paper's MSE) or |f - y| (``"absolute"``, robust to
-    outlying validation responses); sums are reduced across processes. Cost O(B m).
+    e = (f - y)^2 (``"squared"``, the paper's MSE), |f - y| (``"absolute"``, robust to
+    outlying validation responses) or Huber's loss of f - y (``"huber"``: d^2 / 2 for
+    |d| <= epsilon, epsilon (|d| - epsilon / 2) beyond, with epsilon 1.345 times the robust
+    scale 1.4826 MAD of ``y_val``); sums are reduced across processes. Cost O(B m).
 
     Examples
     --------
@@ -125,7 +146,7 @@ def validation_loss(predictions: torch.Tensor, y_val: torch.Tensor,
     diff = (predictions - y_val).to(torch.float64)
     if diff.ndim == 1:
         diff = diff.unsqueeze(0)
-    err = diff.square() if _check_loss(loss) == "squared" else diff.abs()
+    err = _elementwise_loss(diff, y_val, _check_loss(loss))
     B, m = err.shape[-2], err.shape[-1]
     if weight is None:
         num, den = err.sum(dim=(-2, -1)), torch.tensor(float(B * m), dtype=torch.float64)
@@ -137,14 +158,20 @@ def validation_loss(predictions: torch.Tensor, y_val: torch.Tensor,
     return num / den.to(num.device).clamp_min(torch.finfo(torch.float64).tiny)
 
 
+def _elementwise_loss(diff: torch.Tensor, y_val: torch.Tensor, loss: str) -> torch.Tensor:
+    if loss == "squared":
+        return diff.square()
+    a = diff.abs()
+    if loss == "absolute":
+        return a
+    eps = _huber_epsilon(y_val)
+    return torch.where(a <= eps, 0.5 * a.square(), eps * (a - 0.5 * eps))
+
+
 def _weighted_s_max(K, sq: torch.Tensor) -> float:
-    """s_max(W^1/2 K W^1/2): exact when dense and small, else power iteration (+5%)."""
-    if isinstance(K, torch.Tensor) and K.shape[0] <= SPECTRAL_MAX_N:
-        return largest_eigenvalue(sq[:, None] * K * sq[None, :])
-    Km = _Matrix(K)
-    est = power_iteration(lambda v: (sq * Km.rmatmul((sq * v.to(sq.dtype))[None])[0])
-                          .to(torch.float64), K.shape[0], device=sq.device)
-    return 1.05 * est
+    """s_max(W^1/2 K W^1/2) (see :func:`~kernelflow.solvers.paths.rules.
+    weighted_largest_eigenvalue`)."""
+    return _scaled_largest_eigenvalue(K, sq)
 
 
 def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: torch.Tensor, *,
@@ -185,12 +212,17 @@ def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: to
     >>> res.alpha.numpy().round(2)  # the first row moves twice as fast
     array([ 0.6, -0.3])
     """
+    rule = as_rule(path_function)
     w = sample_weight.to(device=y.device, dtype=K.dtype).reshape(-1)
     if w.shape[0] != K.shape[0] or not bool((w > 0).all()) or not bool(torch.isfinite(w).all()):
         raise ValueError("sample_weight must hold one positive finite weight per row of K.")
+    if rule.name not in _SINGLE:
+        return rule_path(rule, K, y, learning_rate=learning_rate, max_iter=max_iter,
+                         K_eval=K_eval, callback=callback, sample_weight=w, tol=tol,
+                         verbose=verbose)
     sq = w.sqrt()
     Y2 = y.reshape(y.shape[0], -1).to(K.dtype)
-    if path_function is gradient_descent_path and isinstance(K, torch.Tensor):
+    if rule.name == "gradient" and isinstance(K, torch.Tensor):
         M = sq[:, None] * K * sq[None, :]
         Ke = None if K_eval is None else _Matrix(K_eval, "K_eval").to_dense() * sq[None, :]
         cb = None
@@ -206,11 +238,7 @@ def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: to
                           n_iter=res.n_iter, learning_rate=res.learning_rate,
                           eval_predictions=res.eval_predictions,
                           stopped_by_callback=res.stopped_by_callback)
-    kind = {gradient_descent_path: "gradient", sign_gradient_path: "sign",
-            coordinate_descent_path: "coordinate"}.get(path_function)
-    if kind is None:
-        raise ValueError("path_function must be one of the three paths of kernelflow.solvers."
-                         "paths.")
+    kind = rule.name
     Km, Y, Em = _prepare(K, y, K_eval)
     if learning_rate != "auto":
         eta = float(learning_rate)
@@ -353,9 +381,10 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
     (0, 3)
     """
     _check_loss(validation_loss)
+    rule = as_rule(path_function)
     monitor = EarlyStopping(n_iter_no_change, tol)
     wv = validation_weight
-    if path_function is gradient_descent_path:
+    if _single_path(rule) is gradient_descent_path:
         Kt, yt, Kv, scale = K_train, y_train, K_val, None
         if sample_weight is not None and isinstance(K_train, torch.Tensor) and \
                 isinstance(K_val, torch.Tensor):
@@ -385,9 +414,10 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
         return stop
 
     if sample_weight is None:
-        res = path_function(K_train, y_train, K_eval=K_val, callback=callback, **path_kwargs)
+        res = _single_path(rule)(K_train, y_train, K_eval=K_val, callback=callback,
+                                 **path_kwargs)
     else:
-        res = weighted_path(path_function, K_train, y_train, sample_weight, K_eval=K_val,
+        res = weighted_path(rule, K_train, y_train, sample_weight, K_eval=K_val,
                             callback=callback, **path_kwargs)
     alpha = best["alpha"]
     alpha = alpha.T.reshape(alpha.shape[1], *y_train.shape[1:]) if y_train.ndim == 2 else alpha[0]
@@ -462,12 +492,16 @@ class PathFit:
     learning_rate : float
     early_stopping : EarlyStoppingResult or None
         The validation run, when early stopping was used.
+    validation_indices : ndarray of int64 or None
+        Sorted positions of the held-out rows (:func:`kernelflow.utils.holdout.
+        holdout_weights`), when early stopping was used.
     """
 
     alpha: torch.Tensor
     n_iter: int
     learning_rate: float
     early_stopping: EarlyStoppingResult | None = None
+    validation_indices: np.ndarray | None = None
 
 
 def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, *,
@@ -522,6 +556,8 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     (True, True)
     """
     _check_loss(validation_loss)
+    rule = as_rule(path_function)
+    single = _single_path(rule)
     sw = None
     if sample_weight is not None:
         sw = sample_weight.to(device=X.device, dtype=X.dtype).reshape(-1)
@@ -535,7 +571,7 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     K = op.to_dense() if dense else op
     sq = None if sw is None else sw.sqrt()
     refit_kw = {}
-    if path_function is gradient_descent_path:
+    if single is gradient_descent_path:
         if dense and path_kwargs.get("method", "auto") != "iterative" and \
                 X.shape[0] <= SPECTRAL_MAX_N:
             # One decomposition gives s_max and the refit's whole path.
@@ -550,9 +586,16 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
             eta = float(learning_rate)
             check_gradient_learning_rate(eta, s_max, path_kwargs.get("momentum", 0.0),
                                          path_kwargs.get("nesterov", False))
+    elif rule.name not in _SINGLE:  # a rule of the generic driver, e.g. Huber
+        s_max = largest_eigenvalue(K) if sq is None else _weighted_s_max(K, sq)
+        if learning_rate == "auto":
+            eta = rule.learning_rate(K, y, s_max=s_max)
+        else:
+            eta = float(learning_rate)
+            rule.check_learning_rate(eta, s_max)
     elif learning_rate != "auto":
         eta = float(learning_rate)
-    elif path_function is coordinate_descent_path:
+    elif single is coordinate_descent_path:
         eta = coordinate_learning_rate(K, y)
     elif sw is None:
         eta = sign_learning_rate(K, y)
@@ -562,8 +605,8 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
 
     def run(K_, y_, w_, **more):
         if w_ is None:
-            return path_function(K_, y_, **more)
-        return weighted_path(path_function, K_, y_, w_, **more)
+            return single(K_, y_, **more)
+        return weighted_path(rule, K_, y_, w_, **more)
 
     if not early_stopping:
         res = run(K, y, sw, max_iter=max_iter, tol=tol, **kw, **refit_kw)
@@ -576,10 +619,11 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     else:
         K_tr = KernelOperator(kernel, X[tr_t], options=options)
         K_va = KernelOperator(kernel, X[va_t], X[tr_t], options=options)
-    es = early_stopped_path(path_function, K_tr, y[tr_t], K_va, y[va_t],
+    es = early_stopped_path(rule, K_tr, y[tr_t], K_va, y[va_t],
                             n_iter_no_change=n_iter_no_change, tol=tol, max_iter=max_iter,
                             sample_weight=None if sw is None else w_tr[tr_t],
                             validation_weight=None if sw is None else w_va[va_t],
                             validation_loss=validation_loss, **kw)
     res = run(K, y, sw, max_iter=es.best_iteration, **kw, **refit_kw)
-    return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es)
+    return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es,
+                   validation_indices=va_t.cpu().numpy().astype(np.int64))

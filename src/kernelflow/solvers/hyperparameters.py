@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from ..kernels import Additive, Kernel, Scaled, _DistanceKernel, median_heuristic
+from ..utils.holdout import holdout_indices
 
 _SIGMA_FACTORS = (1.0, 1 / 3, 3.0, 0.1, 10.0, 1 / 30, 30.0)
 _ALPHA_FACTORS = (1.0, 1e-2, 1e2)
@@ -521,13 +522,11 @@ def _objective(criterion, X, Y, centers, validation_fraction, random_state):
     if criterion == "nystrom_marginal_likelihood":
         return lambda k, a: nystrom_negative_log_marginal_likelihood(
             k(X, centers), k(centers), k.diag(X), Y, a)
-    n = X.shape[0]
-    n_val = max(1, int(round(validation_fraction * n)))
-    if n_val >= n:
+    # the project's one holdout rule (kernelflow.utils.holdout)
+    tr, val = holdout_indices(X, validation_fraction, random_state)
+    if tr.size == 0:
         raise ValueError(f"validation_fraction={validation_fraction} leaves no training rows.")
-    g = torch.Generator().manual_seed(int(random_state))
-    perm = torch.randperm(n, generator=g).to(X.device)
-    val, tr = perm[:n_val], perm[n_val:]
+    tr, val = torch.as_tensor(tr, device=X.device), torch.as_tensor(val, device=X.device)
     Ytr, Yval = Y[tr], Y[val]
     # the validation targets are centred on the training mean, like the fitted intercept
     mean = Ytr.mean(0)

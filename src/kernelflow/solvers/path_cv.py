@@ -45,9 +45,11 @@ import torch
 from ..kernels import Kernel
 from ..operators import Options, memory_budget
 from ..utils._progress import progress
+from ..utils.monitor import BatchedEarlyStopping
 from . import _native
 from .direct import krr_spectral, spectrum
-from .paths import DivergenceError, coordinate_step, gradient_step, sign_step
+from .paths import DivergenceError
+from .paths.rules import as_rule, huber_epsilon
 from .prox import PENALTIES
 from .proximal import fista
 
@@ -84,6 +86,8 @@ class PathCVResult:
         ``int(mean_f best_iter)``, the number of steps of the refit.
     best_index : int
         Index of the bandwidth with the smallest ``cv_mse`` (first one on ties).
+    step_size : tensor of shape (S,) or None
+        Step of each bandwidth (all equal unless ``step_size="auto"``).
 
     For ``method="gradient"``, bandwidths with eta > 2 / s_max(K) (where gradient descent
     diverges, Prop 5.3) get ``cv_mse = inf``; if all do, :class:`DivergenceError` is raised.
@@ -95,6 +99,7 @@ class PathCVResult:
     n_iter: torch.Tensor
     stopping_iter: torch.Tensor
     best_index: int
+    step_size: torch.Tensor | None = None
 
 
 @dataclass
@@ -140,30 +145,17 @@ def _group_size(n_kernels: int, n: int, n_folds: int, chunk: int, dtype, options
     return max(1, min(n_kernels, budget // per))
 
 
-def _step(method: str):
-    return {"gradient": gradient_step, "sign": sign_step, "coordinate": coordinate_step}[method]
+VALIDATION_LOSSES = ("squared", "absolute", "huber")
 
 
-def _scan_chunk(M, k0, best, best_it, stop_it, patience):
-    """Advance the patience rule over a chunk of validation errors M (c, G, F), in place."""
-    c = M.shape[0]
-    steps = torch.arange(k0 + 1, k0 + c + 1, device=M.device).reshape(c, 1, 1)
-    M = torch.where(torch.isnan(M), torch.full_like(M, math.inf), M)
-    # best value before each step of the chunk: exclusive running minimum
-    prev = torch.cat([best.unsqueeze(0), M[:-1]]).cummin(0).values
-    improve = M < prev
-    last = torch.where(improve, steps, torch.zeros_like(steps)).cummax(0).values
-    run_best_it = torch.maximum(last, best_it.unsqueeze(0))
-    run_best = torch.minimum(prev, M)
-    stops = (steps - run_best_it) >= patience
-    active = stop_it == 0
-    first = torch.where(stops.any(0), stops.float().argmax(0), torch.full_like(stop_it, c - 1))
-    pick = first.unsqueeze(0)
-    new_best = run_best.gather(0, pick)[0]
-    new_it = run_best_it.gather(0, pick)[0]
-    best.copy_(torch.where(active, new_best, best))
-    best_it.copy_(torch.where(active, new_it, best_it))
-    stop_it.copy_(torch.where(active & stops.any(0), first + k0 + 1, stop_it))
+def _pointwise_loss(diff: torch.Tensor, loss: str, eps) -> torch.Tensor:
+    """Squared, absolute or Huber loss of ``diff``, in place (``eps`` broadcasts)."""
+    if loss == "squared":
+        return diff.square_()
+    a = diff.abs_()
+    if loss == "absolute":
+        return a
+    return torch.where(a <= eps, 0.5 * a.square(), eps * (a - 0.5 * eps))
 
 
 class _SpectralGD:
@@ -205,7 +197,7 @@ class _SpectralGD:
         for name in ("W", "b_over_s", "v0", "qtab", "ntab", "q0", "n0"):
             setattr(self, name, getattr(self, name)[mask])
 
-    def val_mse(self, k0, c, weights):
+    def val_mse(self, k0, c, weights, loss="squared", eps=None):
         # 1 - q^{k0 + j} = (1 - q^{k0}) + q^{k0} (1 - q^j): a sum of non-negative terms
         N = torch.addcmul(self.n0.unsqueeze(-1), self.q0.unsqueeze(-1), self.ntab[..., :c])
         coef = N.mul_(self.b_over_s.unsqueeze(-1))
@@ -214,7 +206,8 @@ class _SpectralGD:
         P += (self.eta * its) * self.v0.unsqueeze(-1)
         self.n0 = self.n0 + self.q0 * self.ntab[..., c - 1]
         self.q0 = self.q0 * self.qtab[..., c - 1]
-        err = (P - self.yv.unsqueeze(-1)).square_().mul_(weights.unsqueeze(-1))
+        eps = None if eps is None else eps.reshape(-1, 1, 1)
+        err = _pointwise_loss(P - self.yv.unsqueeze(-1), loss, eps).mul_(weights.unsqueeze(-1))
         return err.sum(-2).permute(2, 0, 1)  # (c, G, F)
 
 
@@ -258,8 +251,9 @@ def _compact_folds(stop, fid, min_gain=0.75):
     return order[:, :width]
 
 
-def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step, step_size,
-               chunk, max_iter, patience, fold_mse, best_iter, n_iter, bar):
+def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule, step_size,
+               chunk, max_iter, patience, fold_mse, best_iter, n_iter, bar, loss="squared",
+               eps=None):
     """Advance the problems of bandwidths ``ids`` until all stop; write their results.
 
     Finished problems leave the batch: a bandwidth leaves once all its folds have stopped, and
@@ -273,38 +267,41 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
     A = torch.zeros(G, F, n, dtype=dt, device=dev)
     Z = torch.zeros_like(A)
     H = torch.empty(chunk, G, F, n, dtype=dt, device=dev)
-    best = torch.full((G, F), math.inf, dtype=dt, device=dev)
-    b_it = torch.zeros(G, F, dtype=torch.long, device=dev)
-    stop = torch.zeros(G, F, dtype=torch.long, device=dev)
+    mon = BatchedEarlyStopping((G, F), patience, nonfinite="worst", device=dev, dtype=dt)
+    stop = torch.zeros(G, F, dtype=torch.long, device=dev)  # stopping step, 0 while running
     fid = torch.arange(F, device=dev).expand(G, F)  # fold number of each slot
     train_g, weights_g = train.expand(G, F, n), weights.expand(G, F, n)
 
     def record(rows, mask):
         g = ids[rows].unsqueeze(1).expand_as(fid[rows])[mask]
         f = fid[rows][mask]
-        fold_mse[g, f], best_iter[g, f] = best[rows][mask], b_it[rows][mask]
+        fold_mse[g, f] = mon.best_loss[rows][mask]
+        best_iter[g, f] = mon.best_iteration[rows][mask].clamp_min(0)
         n_iter[g, f] = stop[rows][mask]
 
     k = 0
     while k < max_iter and ids.numel() > 0:
         c = min(chunk, max_iter - k)
         if spectral:
-            M = state.val_mse(k, c, weights_val)
+            M = state.val_mse(k, c, weights_val, loss, eps)
         else:
             yt = y * train_g
             for j in range(c):
                 # r on training rows (zero on validation rows: they never move)
                 R = torch.addcmul(yt, Z, train_g, value=-1.0)
-                if step is sign_step:  # the same update, in place: two passes instead of three
+                if rule.name == "sign":  # the same update, in place: two passes, not three
                     A.add_(R.sign_(), alpha=step_size)
                 else:
-                    A = step(A, R, step_size)
+                    A = (rule.step(A, R, step_size, train_g) if rule.name == "huber"
+                         else rule.step(A, R, step_size))
                 if P2 is None:
                     Z = torch.bmm(A, P1, out=H[j])  # rows K alpha_f (K symmetric)
                 else:
                     Z = torch.bmm(torch.bmm(A, P1), P2, out=H[j])  # (alpha L) L^T
-            M = ((H[:c] - y).square_().mul_(weights_g)).sum(-1)  # (c, G, F)
-        _scan_chunk(M, k, best, b_it, stop, patience)
+            e = None if eps is None else eps[fid].unsqueeze(-1)
+            M = (_pointwise_loss(H[:c] - y, loss, e).mul_(weights_g)).sum(-1)  # (c, G, F)
+        mon.update_chunk(k + 1, M)
+        stop = mon.stop_iteration.clamp_min(0)  # 0 while running
         k += c
         if bar is not None:
             bar.update(c)
@@ -313,7 +310,8 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
             every = torch.ones_like(fid, dtype=torch.bool)[done]
             record(torch.nonzero(done).reshape(-1), every)
             keep = ~done
-            ids, A, best, b_it, stop = ids[keep], A[keep], best[keep], b_it[keep], stop[keep]
+            ids, A, stop = ids[keep], A[keep], stop[keep]
+            mon.select(keep)
             fid, train_g, weights_g = fid[keep], train_g[keep], weights_g[keep]
             P1 = P1[keep]
             P2 = None if P2 is None else P2[keep]
@@ -327,7 +325,8 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
             record(rows, stop > 0)
             pick = sel.unsqueeze(-1).expand(-1, -1, n)
             A, Z = A.gather(1, pick), Z.gather(1, pick)
-            best, b_it, stop = best.gather(1, sel), b_it.gather(1, sel), stop.gather(1, sel)
+            stop = stop.gather(1, sel)
+            mon.gather(1, sel)
             fid = fid.gather(1, sel)
             train_g, weights_g = train[fid], weights[fid]
             H = torch.empty(chunk, *A.shape, dtype=dt, device=dev)
@@ -343,10 +342,11 @@ def early_stopping_path_cv(
     kernels,  # list of S Kernel objects (the bandwidth grid)
     folds,  # list of F validation index arrays
     *,
-    method: str = "sign",
-    step_size: float = 0.01,
+    method="sign",
+    step_size=0.01,
     max_iter: int = 10_000,
     n_iter_no_change: int = 100,
+    validation_loss: str = "squared",
     chunk_size: int = 64,
     spectral_gradient: bool = True,
     low_rank: bool = True,
@@ -366,14 +366,22 @@ def early_stopping_path_cv(
         One kernel per bandwidth of the grid.
     folds : list of array-like of int
         Validation indices of each fold; the other rows train.
-    method : {"sign", "gradient", "coordinate"}, default="sign"
-        Update rule (KSGD, KGD, KCD).
-    step_size : float, default=0.01
-        Step size eta (the paper's value).
+    method : {"sign", "gradient", "coordinate"} or PathRule, default="sign"
+        Update rule (KSGD, KGD, KCD, or a rule of :mod:`kernelflow.solvers.paths.rules` such
+        as :class:`~kernelflow.solvers.paths.rules.HuberRule`).
+    step_size : float or "auto", default=0.01
+        Step size eta (0.01 is the paper's value). "auto" gives every bandwidth the automatic
+        step of the single path on its full kernel matrix (``rule.learning_rate(K, y)``, e.g.
+        0.01 rms(y) / s_max(K) for sign descent), returned in ``PathCVResult.step_size``.
     max_iter : int, default=10000
         Largest number of steps of one problem (t_max / eta).
     n_iter_no_change : int, default=100
         Patience: a problem stops after this many steps without improvement.
+    validation_loss : {"squared", "absolute", "huber"}, default="squared"
+        Loss scored on the validation rows (mean over them): squared error (the paper's),
+        absolute error, or Huber's loss with epsilon 1.345 x 1.4826 MAD of the fold's
+        validation targets. The compiled loops score squared errors only; other losses run
+        on the tensor backend.
     chunk_size : int, default=64
         Steps between two evaluations of the stopping rule (does not change the result).
     low_rank : bool, default=True
@@ -417,17 +425,25 @@ def early_stopping_path_cv(
     >>> res.best_index, bool(res.cv_mse[1] < res.cv_mse[0])
     (1, True)
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}.")
+    rule = as_rule(method)
+    method = rule.name
     if backend not in ("auto", "native", "torch"):
         raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}.")
-    native = method != "gradient" and _native.available(method, X)
-    if backend == "native" and not native:
-        raise ValueError("backend='native' needs method 'sign' or 'coordinate', float32/float64 "
-                         "CPU tensors and the compiled extension kernelflow._paths.")
-    native = native and backend != "torch"
-    if not (step_size > 0 and math.isfinite(step_size)):
-        raise ValueError(f"step_size must be a positive finite number, got {step_size!r}.")
+    if validation_loss not in VALIDATION_LOSSES:
+        raise ValueError(f"validation_loss must be one of {VALIDATION_LOSSES}, got "
+                         f"{validation_loss!r}.")
+    native = rule.native is not None and _native.available(rule.native, X)
+    if backend == "native" and not (native and validation_loss == "squared"):
+        raise ValueError("backend='native' needs method 'sign' or 'coordinate', "
+                         "validation_loss='squared', float32/float64 CPU tensors and the "
+                         "compiled extension kernelflow._paths.")
+    native = native and backend != "torch" and validation_loss == "squared"
+    auto_step = isinstance(step_size, str) and step_size == "auto"
+    if not auto_step and not (isinstance(step_size, (int, float, np.floating)) and
+                              step_size > 0 and math.isfinite(step_size)):
+        raise ValueError(f"step_size must be a positive finite number or 'auto', got "
+                         f"{step_size!r}.")
+    eta = 1.0 if auto_step else float(step_size)  # auto: each kernel is scaled by its step
     for name, val in (("max_iter", max_iter), ("n_iter_no_change", n_iter_no_change),
                       ("chunk_size", chunk_size)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
@@ -444,14 +460,15 @@ def early_stopping_path_cv(
     weights = val.to(X.dtype) / val.sum(1, keepdim=True).to(X.dtype)  # validation mean
     S, F = len(kernels), val.shape[0]
     chunk = int(min(chunk_size, max_iter))
-    spectral = method == "gradient" and spectral_gradient
+    spectral = rule.spectral and spectral_gradient
     if spectral:
         chunk = int(min(max(chunk_size, 256), max_iter))
     group = _group_size(S, n, F, 0 if native else chunk + (n if spectral else 0), X.dtype,
                         options)
     if native:  # each thread of the compiled loops holds one problem's copy of the kernel
         group = max(1, group - torch.get_num_threads())
-    step = _step(method)
+    bounded = rule.max_step(1.0) < math.inf
+    eps = None
     # validation rows of each fold, padded with weight 0 (used by the spectral route)
     n_val = int(val.sum(1).max())
     val_idx = torch.zeros(F, n_val, dtype=torch.long, device=X.device)
@@ -460,7 +477,11 @@ def early_stopping_path_cv(
         rows = torch.nonzero(val[f]).reshape(-1)
         val_idx[f, : rows.numel()] = rows
         weights_val[f, : rows.numel()] = 1.0 / rows.numel()
+    if validation_loss == "huber":  # one threshold per fold, from its validation targets
+        eps = torch.tensor([huber_epsilon(y[val[f]]) for f in range(F)], dtype=X.dtype,
+                           device=X.device)
     val = val_idx
+    steps = torch.full((S,), eta, dtype=torch.float64)
 
     fold_mse = torch.full((S, F), math.inf, dtype=X.dtype, device=X.device)
     best_iter = torch.zeros(S, F, dtype=torch.long, device=X.device)
@@ -470,16 +491,22 @@ def early_stopping_path_cv(
     for g0 in range(0, S, group):
         ids_all = torch.arange(g0, min(S, g0 + group), device=X.device)
         K_all = _kernel_stack([kernels[i] for i in ids_all.tolist()], X)  # (G, n, n)
-        if method == "gradient":
-            # eta > 2 / s_max(K) diverges on the refit (Prop 5.3): such bandwidths cannot win
-            s_max = torch.linalg.eigvalsh(K_all)[:, -1]
-            unstable[ids_all] = step_size * s_max > 2.0
+        if auto_step:
+            # alpha' = alpha / eta_g on eta_g K_g with step 1 is the path of step eta_g on K_g
+            g_steps = [rule.learning_rate(K_all[j], y) for j in range(ids_all.numel())]
+            steps[ids_all.cpu()] = torch.tensor(g_steps, dtype=torch.float64)
+            K_all = K_all * torch.tensor(g_steps, dtype=X.dtype, device=X.device)[:, None, None]
+        if bounded:
+            # steps beyond the rule's bound diverge on the refit (Prop 5.3): they cannot win
+            s_max = torch.linalg.eigvalsh(K_all)[:, -1].tolist()
+            unstable[ids_all] = torch.tensor([eta > rule.max_step(s) for s in s_max],
+                                             device=X.device)
         if native:
             G = ids_all.numel()
             best, b_it, n_it = _native.run_problems(
                 method, K_all, y.reshape(1, n), train, weights,
                 np.repeat(np.arange(G), F), np.zeros(G * F, dtype=np.int64),
-                np.tile(np.arange(F), G), eta=step_size, max_iter=max_iter,
+                np.tile(np.arange(F), G), eta=eta, max_iter=max_iter,
                 patience=n_iter_no_change)
             fold_mse[ids_all] = torch.from_numpy(best).reshape(G, F).to(fold_mse)
             best_iter[ids_all] = torch.from_numpy(b_it).reshape(G, F).to(best_iter)
@@ -488,9 +515,10 @@ def early_stopping_path_cv(
         parts = ([(ids_all, K_all, None)] if spectral or not low_rank
                  else _factor_groups(ids_all, K_all))
         for ids, P1, P2 in parts:
-            _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, step,
-                       step_size, chunk, max_iter, n_iter_no_change, fold_mse, best_iter,
-                       n_iter, bar if g0 == 0 and ids is parts[0][0] else None)
+            _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
+                       eta, chunk, max_iter, n_iter_no_change, fold_mse, best_iter,
+                       n_iter, bar if g0 == 0 and ids is parts[0][0] else None,
+                       validation_loss, eps)
     bar.close()
     cv_mse = fold_mse.mean(1)
     cv_mse = torch.where(torch.isfinite(cv_mse) & ~unstable, cv_mse,
@@ -504,7 +532,8 @@ def early_stopping_path_cv(
         )
     stopping = best_iter.to(torch.float64).mean(1).floor().to(torch.long).clamp_min(1)
     best_index = int(torch.argmin(cv_mse)) if torch.isfinite(cv_mse).any() else 0
-    return PathCVResult(cv_mse, fold_mse, best_iter, n_iter, stopping, best_index)
+    return PathCVResult(cv_mse, fold_mse, best_iter, n_iter, stopping, best_index,
+                        steps.to(X.dtype))
 
 
 def _fold_split(val_mask: torch.Tensor):

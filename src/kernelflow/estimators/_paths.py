@@ -1,0 +1,339 @@
+"""Base classes of the early-stopped path estimators and of their path-CV variants.
+
+A path estimator names its update rule (:mod:`kernelflow.solvers.paths.rules`) and its
+defaults; fitting (validation split by :mod:`kernelflow.utils.holdout`, early stopping, refit),
+prediction and the fitted attributes are shared. The CV variants choose the bandwidth and the
+stopping time by batched path cross-validation
+(:func:`kernelflow.solvers.path_cv.early_stopping_path_cv`) and refit the same rule.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.utils._param_validation import Interval, StrOptions
+
+from ..datasets._allerbo import kfold_indices
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT
+from ..distributed.cv import cv_solver
+from ..kernels import Kernel, make_kernel, median_heuristic
+from ..operators import KernelOperator
+from ..solvers.early_stopping import _single_path, fit_path
+from ..solvers.path_cv import early_stopping_path_cv
+from ..solvers.paths.rules import PathRule, as_rule
+from ..typing import ArrayLike, Output
+from ..utils._finite import DivergenceError
+from ..utils._validation import check_X_y
+from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+
+__all__ = ["PATH_CONSTRAINTS", "CV_CONSTRAINTS", "PathRegressor", "PathCVRegressor",
+           "bandwidth_grid", "grid_kernels", "cv_folds"]
+
+#: Validation losses every path estimator accepts.
+VALIDATION_LOSSES = {"squared", "absolute", "huber"}
+
+#: Constraints shared by the path estimators.
+PATH_CONSTRAINTS = {
+    "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+    "max_iter": [Interval(Integral, 0, None, closed="left")],
+    "tol": [Interval(Real, 0, None, closed="left")],
+    "early_stopping": ["boolean"],
+    "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
+    "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+    "validation_loss": [StrOptions(VALIDATION_LOSSES)],
+    "random_state": ["random_state"],
+    "verbose": ["verbose"],
+}
+
+#: Constraints shared by the path-CV estimators.
+CV_CONSTRAINTS = {
+    "sigmas": [Interval(Integral, 1, None, closed="left"), "array-like"],
+    "cv": [Interval(Integral, 2, None, closed="left"), "array-like"],
+    "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
+    "validation_loss": [StrOptions(VALIDATION_LOSSES)],
+    "random_state": ["random_state"],
+    "verbose": ["verbose"],
+    "distributed": DISTRIBUTED_CONSTRAINT,
+}
+
+
+def _drop_zero_weights(X, y, sw):
+    """Remove rows of zero weight (they must act as absent rows); check the weights.
+
+    Returns ``(X, y, sw, kept)`` with ``kept`` the int64 positions of the remaining rows
+    (None when all are kept).
+    """
+    if sw is None:
+        return X, y, None, None
+    if bool((sw < 0).any()):
+        raise ValueError("sample_weight must be non-negative.")
+    keep = sw > 0
+    if not bool(keep.any()):
+        raise ValueError("sample_weight must have at least one positive entry.")
+    if bool(keep.all()):
+        return X, y, sw, None
+    kept = np.flatnonzero(keep.cpu().numpy()).astype(np.int64)
+    return X[keep], y[keep], sw[keep], kept
+
+
+def fit_path_estimator(est, X, y, sample_weight=None):
+    """Shared fit of the path estimators: validate, centre, run :func:`fit_path`, store.
+
+    Rows of zero weight are removed before anything else (so ``X_fit_`` holds the rows with a
+    positive weight); the remaining weights scale each row's update (see :func:`~kernelflow.
+    solvers.early_stopping.weighted_path`), the intercept is the weighted location
+    (``est._center_targets``), and the validation split and the monitored loss are weighted.
+    ``validation_indices_`` are positions in the rows passed to ``fit``.
+    """
+    X, y, sw, _ = check_X_y(est, X, y, sample_weight=sample_weight)
+    X, y, sw, kept = _drop_zero_weights(X, y, sw)
+    est.kernel_ = est._build_kernel(X)
+    yc, est.intercept_ = est._center_targets(y, sw)
+    fit = fit_path(
+        est._rule(yc), est.kernel_, X, yc, learning_rate=est.learning_rate,
+        max_iter=est.max_iter, early_stopping=est.early_stopping,
+        validation_fraction=est.validation_fraction, n_iter_no_change=est.n_iter_no_change,
+        tol=est.tol, random_state=est.random_state, options=est._options(),
+        verbose=est.verbose, sample_weight=sw, validation_loss=est.validation_loss,
+        **est._path_kwargs(),
+    )
+    est.X_fit_ = X
+    est.dual_coef_ = fit.alpha
+    est.n_iter_ = int(fit.n_iter)
+    est.learning_rate_ = float(fit.learning_rate)
+    est.t_ = est.n_iter_ * est.learning_rate_
+    es = fit.early_stopping
+    est.validation_losses_ = None if es is None else es.validation_losses.numpy()
+    val = fit.validation_indices
+    est.validation_indices_ = (None if val is None else
+                               (val if kept is None else kept[val]).astype(np.int64))
+    return est
+
+
+class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
+    """Base of the early-stopped path regressors (not an estimator on its own).
+
+    A subclass sets ``_path_function`` (one of the three paths, or a rule name) or overrides
+    :meth:`_rule`, stores its parameters in ``__init__`` (sklearn reads the signature), and may
+    extend :meth:`_path_kwargs` and :meth:`_after_fit`.
+    """
+
+    _parameter_constraints: dict = {**PATH_CONSTRAINTS, **KERNEL_CONSTRAINTS}
+    _path_function = None
+
+    def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
+                 validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
+                 random_state=None, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
+                 fit_intercept=True, options=None, verbose=0):
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.tol = tol
+        self.early_stopping = early_stopping
+        self.validation_fraction = validation_fraction
+        self.n_iter_no_change = n_iter_no_change
+        self.validation_loss = validation_loss
+        self.random_state = random_state
+        self.kernel = kernel
+        self.sigma = sigma
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.fit_intercept = fit_intercept
+        self.options = options
+        self.verbose = verbose
+
+    def _rule(self, y: torch.Tensor) -> PathRule:
+        """The update rule, given the centred training targets."""
+        return as_rule(type(self)._path_function)
+
+    def _path_kwargs(self) -> dict:
+        return {}
+
+    def _after_fit(self) -> None:
+        """Hook for rule-specific fitted attributes."""
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None):
+        """Fit the model: choose the number of steps on held-out rows, refit on all rows.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like or tensor of shape (n_samples,) or (n_samples, n_targets)
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights w; row i's update is scaled by w_i (an integer weight equals
+            repeating the row; rows of weight 0 are dropped). The validation split and loss
+            are weighted too.
+
+        Returns
+        -------
+        self : object
+        """
+        fit_path_estimator(self, X, y, sample_weight)
+        self._after_fit()
+        return self
+
+    def predict(self, X: ArrayLike) -> Output:
+        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
+        """
+        return self._kernel_predict(X)
+
+
+def bandwidth_grid(sigmas, X: torch.Tensor) -> np.ndarray:
+    """The bandwidth grid: explicit values, or ``n`` log-spaced values median * [1e-2, 1e2]."""
+    if isinstance(sigmas, (int, np.integer)):
+        med = float(median_heuristic(X))
+        med = med if med > 0 else 1.0
+        return med * np.geomspace(1e-2, 1e2, int(sigmas))
+    if np.ndim(sigmas) > 1:
+        raise ValueError(
+            "sigmas is a grid of scalar bandwidths; per-feature (ARD) bandwidths are not "
+            "searched by grid: learn them with kernelflow.hyperparameters.learn_hyperparameters."
+        )
+    grid = np.asarray(sigmas, dtype=float).reshape(-1)
+    if grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid <= 0):
+        raise ValueError(f"sigmas must be positive finite bandwidths, got {sigmas!r}.")
+    return grid
+
+
+def grid_kernels(kernel, grid) -> list[Kernel]:
+    """One kernel per bandwidth; ``kernel`` is a name or a Kernel with a ``sigma`` parameter."""
+    if isinstance(kernel, Kernel):
+        if "sigma" not in kernel.get_params():
+            raise ValueError(f"kernel {kernel!r} has no bandwidth to cross-validate.")
+        return [type(kernel)(**{**kernel.get_params(), "sigma": float(s)}) for s in grid]
+    kernels = [make_kernel(kernel, sigma=float(s)) for s in grid]
+    if "sigma" not in kernels[0].get_params():
+        raise ValueError(f"kernel {kernel!r} has no bandwidth to cross-validate.")
+    return kernels
+
+
+def cv_folds(cv, n: int, random_state):
+    """Validation index arrays: ``cv`` folds of a seeded permutation, or the given folds."""
+    if isinstance(cv, (int, np.integer)):
+        if cv > n:
+            raise ValueError(f"cv={cv} folds need at least {cv} samples, got n_samples={n}.")
+        seed = random_state if not isinstance(random_state, np.random.RandomState) else None
+        return kfold_indices(n, int(cv), random_state=seed if seed is not None else random_state)
+    folds = [np.asarray(f, dtype=int).reshape(-1) for f in cv]
+    if len(folds) < 2:
+        raise ValueError("cv must give at least 2 folds.")
+    return folds
+
+
+class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
+    """Base of the path-CV regressors: bandwidth and stopping time by batched path CV, refit.
+
+    A subclass sets ``_method`` (a rule name) or overrides :meth:`_rule`, and may override
+    :meth:`_location` (the intercept) and :meth:`_after_refit`.
+    """
+
+    _multi_output = False
+    _method = "sign"
+    _parameter_constraints: dict = {**CV_CONSTRAINTS, **KERNEL_CONSTRAINTS}
+
+    def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate="auto", max_iter=10000,
+                 n_iter_no_change=100, validation_loss="squared", fit_intercept=True,
+                 random_state=None, options=None, verbose=0, distributed="auto"):
+        self.sigmas = sigmas
+        self.kernel = kernel
+        self.cv = cv
+        self.learning_rate = learning_rate
+        self.max_iter = max_iter
+        self.n_iter_no_change = n_iter_no_change
+        self.validation_loss = validation_loss
+        self.fit_intercept = fit_intercept
+        self.random_state = random_state
+        self.options = options
+        self.verbose = verbose
+        self.distributed = distributed
+
+    def _rule(self, y: torch.Tensor) -> PathRule:
+        return as_rule(self._method)
+
+    def _location(self, y):
+        return y.mean()
+
+    def _after_refit(self, path) -> None:
+        """Hook for rule-specific fitted attributes."""
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y):
+        """Cross-validate bandwidth and stopping time, then refit on all of X.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+        y : array-like or tensor of shape (n_samples,)
+
+        Returns
+        -------
+        self : object
+        """
+        X, y, _, _ = check_X_y(self, X, y, multi_output=False)
+        grid = bandwidth_grid(self.sigmas, X)
+        kernels = grid_kernels(self.kernel, grid)
+        folds = cv_folds(self.cv, X.shape[0], self.random_state)
+        self.intercept_ = (self._location(y) if self.fit_intercept
+                           else torch.zeros((), dtype=y.dtype, device=y.device))
+        yc = y - self.intercept_
+        rule = self._rule(yc)
+        step = self.learning_rate if self.learning_rate == "auto" else float(self.learning_rate)
+        # in a process group: bandwidths spread over the processes (same data on all)
+        path_cv, folds = cv_solver(self, early_stopping_path_cv, X, y, folds)
+        res = path_cv(
+            X, yc, kernels, folds, method=rule, step_size=step,
+            max_iter=int(self.max_iter), n_iter_no_change=int(self.n_iter_no_change),
+            validation_loss=self.validation_loss, options=self._options(),
+            verbose=self.verbose,
+        )
+        best = res.best_index
+        self.sigmas_ = grid
+        self.sigma_ = float(grid[best])
+        self.cv_mse_ = res.cv_mse.detach().cpu().numpy()
+        self.best_iter_ = res.best_iter.detach().cpu().numpy()
+        self.n_iter_ = int(res.stopping_iter[best])
+        self.kernel_ = kernels[best]
+        op = KernelOperator(self.kernel_, X, options=self._options())
+        K = op.to_dense() if op.fits_in_memory() else op
+        if step != "auto":
+            eta = step
+        elif res.step_size is not None:
+            eta = float(res.step_size[best])
+        else:  # the same automatic step as the CV run, on the same kernel matrix
+            eta = rule.learning_rate(K, yc)
+        path = _single_path(rule)(K, yc, learning_rate=eta, max_iter=self.n_iter_)
+        if not torch.isfinite(path.alpha).all():
+            raise DivergenceError("The refit diverged; lower learning_rate.")
+        self.X_fit_ = X
+        self.dual_coef_ = path.alpha
+        self.learning_rate_ = float(eta)
+        self.t_ = self.n_iter_ * self.learning_rate_
+        self._after_refit(path)
+        return self
+
+    def predict(self, X):
+        """Predict f(x) = k(x, X_fit) dual_coef + intercept.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        y_pred : ndarray or tensor of shape (n_samples,)
+        """
+        return self._kernel_predict(X)

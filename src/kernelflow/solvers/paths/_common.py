@@ -1,0 +1,87 @@
+"""Shared pieces of the path functions: result type, input checks, batch layout."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ...utils._finite import DivergenceError
+from ._operator import _Matrix
+
+__all__ = ["DivergenceError", "PathResult", "Callback", "SPECTRAL_MAX_N",
+           "EXACT_EIGENVALUE_MAX_N"]
+
+#: Largest n for which gradient descent uses the eigendecomposition when ``method="auto"``.
+SPECTRAL_MAX_N = 2000
+#: Largest n for which the top eigenvalue is computed exactly rather than by power iteration.
+EXACT_EIGENVALUE_MAX_N = 2000
+
+Callback = Callable[[int, torch.Tensor, torch.Tensor, "torch.Tensor | None"], "bool | None"]
+
+
+@dataclass
+class PathResult:
+    """Outcome of a path run.
+
+    Attributes
+    ----------
+    alpha : tensor of shape (n,) or (n, t)
+        Coefficients after ``n_iter`` steps.
+    residual : tensor like ``alpha``
+        ``y - K alpha``.
+    n_iter : int
+        Number of steps taken (the iterate index of ``alpha``).
+    learning_rate : float
+        Step size used.
+    path : tensor of shape (n_iter + 1, n) or (n_iter + 1, n, t), or None
+        Every iterate alpha_0 = 0, ..., alpha_{n_iter} when recorded.
+    eval_predictions : tensor of shape (m,) or (m, t), or None
+        ``K_eval @ alpha`` when ``K_eval`` was given.
+    stopped_by_callback : bool
+        Whether the callback ended the run.
+    """
+
+    alpha: torch.Tensor
+    residual: torch.Tensor
+    n_iter: int
+    learning_rate: float
+    path: torch.Tensor | None = None
+    eval_predictions: torch.Tensor | None = None
+    stopped_by_callback: bool = False
+
+
+
+def _prepare(K, y, K_eval):
+    Km = _Matrix(K)
+    n = Km.shape[0]
+    if Km.shape[0] != Km.shape[1]:
+        raise ValueError(f"K must be square, found shape {Km.shape}.")
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(f"y must be a torch.Tensor, got {type(y).__name__}.")
+    if y.ndim not in (1, 2) or y.shape[0] != n:
+        raise ValueError(f"y must have shape ({n},) or ({n}, t), found {tuple(y.shape)}.")
+    if not torch.isfinite(y).all():
+        raise ValueError("y contains NaN or infinity.")
+    Y = y.reshape(n, -1).T.to(Km.dtype).contiguous()  # batch layout (t, n)
+    Em = None
+    if K_eval is not None:
+        Em = _Matrix(K_eval, "K_eval")
+        if Em.shape[1] != n:
+            raise ValueError(f"K_eval must have {n} columns, found shape {Em.shape}.")
+    return Km, Y, Em
+
+
+def _out(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # batch layout (t, n) -> like y
+    return A.T.reshape(A.shape[1], *y.shape[1:]) if y.ndim == 2 else A[0]
+
+
+
+def _check_eta(eta) -> float:
+    eta = float(eta)
+    if not math.isfinite(eta) or eta <= 0:
+        raise ValueError(f"learning_rate must be a positive finite number, got {eta}.")
+    return eta
+

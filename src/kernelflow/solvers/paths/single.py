@@ -1,0 +1,386 @@
+"""The single paths from alpha = 0: gradient, sign and coordinate descent."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ...utils._progress import progress
+from .. import _native
+from ._common import (
+    SPECTRAL_MAX_N,
+    Callback,
+    DivergenceError,
+    PathResult,
+    _check_eta,
+    _out,
+    _prepare,
+)
+from ._operator import _Matrix
+from .rules import coordinate_learning_rate, gradient_learning_rate, sign_learning_rate
+from .spectral import _gd_spectral
+
+__all__ = ["gradient_descent_path", "sign_gradient_path", "coordinate_descent_path"]
+
+
+def _native_path(method: str, Km: _Matrix, Y: torch.Tensor, Em, y: torch.Tensor, eta: float,
+                 max_iter: int, name: str) -> PathResult | None:
+    """The whole path in compiled code (one problem per target), or None where it cannot run.
+
+    Used for a dense symmetric K on the CPU when no callback, recording or tolerance needs the
+    iterates: the same update rules, with K alpha kept as a running sum (see
+    :mod:`._native`); the residual returned is recomputed as y - K alpha.
+    """
+    if Km.dense is None or not _native.available(method, Km.dense):
+        return None
+    B, n = Y.shape
+    ones = torch.ones(1, n, dtype=Y.dtype)
+    _, _, n_iter, alpha = _native.run_problems(
+        method, Km.dense.unsqueeze(0), Y, ones, torch.zeros_like(ones), np.zeros(B),
+        np.arange(B), np.zeros(B), eta=eta, max_iter=max_iter, return_alpha=True)
+    R = Y - Km.rmatmul(alpha)
+    if not bool(torch.isfinite(R).all()):
+        raise DivergenceError(f"{name} produced a non-finite residual.")
+    E = None if Em is None else Em.rmatmul(alpha)
+    return PathResult(
+        alpha=_out(alpha, y), residual=_out(R, y), n_iter=int(n_iter.max(initial=0)),
+        learning_rate=eta, path=None, eval_predictions=None if E is None else _out(E, y),
+        stopped_by_callback=False,
+    )
+
+
+
+def gradient_descent_path(
+    K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, momentum: float = 0.0,
+    nesterov: bool = False, method: str = "auto", K_eval=None, callback: Callback | None = None,
+    record_path: bool = False, tol: float = 0.0, eigh: tuple | None = None, verbose: int = 0,
+) -> PathResult:
+    """Kernel gradient descent from alpha_0 = 0: ``alpha_{k+1} = alpha_k + eta (y - K alpha_k)``.
+
+    With ``momentum`` gamma: ``alpha_{k+1} = alpha_k + gamma v_k + eta (y - K(alpha_k +
+    [nesterov] gamma v_k))``, v_k = alpha_k - alpha_{k-1} (Remark 4.2; the flow limit is gradient
+    flow at time t / (1 - gamma)).
+
+    Parameters
+    ----------
+    K : tensor of shape (n, n) or KernelOperator
+    y : tensor of shape (n,) or (n, t)
+    learning_rate : float or "auto", default="auto"
+        "auto" is 1 / s_max(K) (:func:`gradient_learning_rate`).
+    max_iter : int, default=1000
+    momentum : float in [0, 1), default=0.0
+    nesterov : bool, default=False
+    method : {"auto", "spectral", "iterative"}, default="auto"
+        "spectral" diagonalises K once (O(n^3)) and then gives every iterate in O(n^2) with no
+        error accumulation (momentum runs its recurrence in the eigenbasis at O(n) per step);
+        "iterative" costs one product with K per step and works matrix-free. "auto" picks
+        spectral when K fits in memory and n <= 2000.
+    K_eval : tensor of shape (m, n) or KernelOperator, optional
+        Evaluation kernel (e.g. validation rows); ``K_eval @ alpha_k`` is passed to the callback.
+    callback : callable, optional
+        ``callback(k, alpha_k, r_k, f_eval_k)`` after every iterate, k = 0 (alpha = 0), 1, ...;
+        tensors in batch layout (t, n) / (t, m). Returning True stops the run.
+    record_path : bool, default=False
+        Keep every iterate in ``PathResult.path``.
+    tol : float, default=0.0
+        Stop once ||r_k||_2 <= tol ||y||_2.
+    eigh : tuple (s, U), optional
+        A precomputed eigendecomposition of K (``kernelflow.linalg.symmetric_eigh``) for the
+        spectral method.
+    verbose : int, default=0
+
+    Returns
+    -------
+    PathResult
+
+    Raises
+    ------
+    DivergenceError
+        If the residual grows (plain GD: above ||y||, which cannot happen for eta <= 2 / s_max),
+        or becomes non-finite.
+
+    Notes
+    -----
+    Closed form of the discrete iteration: alpha_k = (I - (I - eta K)^k) K^-1 y. Cost: spectral
+    O(n^3) once plus O(n^2) per visited iterate; iterative one K-product per step.
+
+    Examples
+    --------
+    >>> import torch
+    >>> K = torch.tensor([[1.0, 0.5], [0.5, 1.0]], dtype=torch.float64)
+    >>> res = gradient_descent_path(K, torch.tensor([1.0, 0.0], dtype=torch.float64),
+    ...                             max_iter=200)
+    >>> res.alpha.numpy().round(3)  # -> K^-1 y
+    array([ 1.333, -0.667])
+    """
+    Km, Y, Em = _prepare(K, y, K_eval)
+    if not 0.0 <= float(momentum) < 1.0:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
+    if method not in ("auto", "spectral", "iterative"):
+        raise ValueError(f"method must be 'auto', 'spectral' or 'iterative', got {method!r}.")
+    n = Km.shape[0]
+    if method == "auto":
+        method = "spectral" if (eigh is not None or (n <= SPECTRAL_MAX_N and Km.fits())) \
+            else "iterative"
+    if method == "spectral":
+        return _gd_spectral(Km, Y, Em, y, learning_rate, max_iter, float(momentum), nesterov,
+                            callback, record_path, tol, eigh)
+    eta = gradient_learning_rate(K) if learning_rate == "auto" else _check_eta(learning_rate)
+    gamma = float(momentum)
+    B = Y.shape[0]
+    alpha = torch.zeros_like(Y)
+    F = torch.zeros_like(Y)  # K alpha
+    F_prev = F.clone()
+    alpha_prev = alpha.clone()
+    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    y_norm = torch.linalg.vector_norm(Y, dim=-1)
+    limit = (1.0 + 1e-6) * y_norm + 1e-12 if gamma == 0 else 1e4 * y_norm + 1e-12
+    path = [alpha.clone()] if record_path else None
+    R = Y - F
+    stopped = callback is not None and bool(callback(0, alpha, R, E))
+    k = 0
+    bar = progress(total=max_iter, desc="gradient descent", verbose=verbose)
+    while not stopped and k < max_iter:
+        if tol > 0 and bool((torch.linalg.vector_norm(R, dim=-1) <= tol * y_norm).all()):
+            break
+        if gamma == 0:
+            delta = eta * R
+        else:
+            V = alpha - alpha_prev
+            look = R - gamma * (F - F_prev) if nesterov else R
+            delta = gamma * V + eta * look
+        KD = Km.rmatmul(delta)
+        alpha_prev, F_prev = alpha, F
+        alpha = alpha + delta
+        F = F + KD
+        if E is not None:
+            E = E + Em.rmatmul(delta)
+        R = Y - F
+        k += 1
+        bar.update()
+        r_norm = torch.linalg.vector_norm(R, dim=-1)
+        if not bool(torch.isfinite(r_norm).all()) or bool((r_norm > limit).any()):
+            bar.close()
+            raise DivergenceError(
+                f"gradient descent diverged at iteration {k} with learning_rate={eta:.4g}: the "
+                f"residual norm grew from {float(y_norm.max()):.4g} to "
+                f"{float(r_norm.max()):.4g}; use learning_rate <= 2 / s_max(K) or 'auto'."
+            )
+        if path is not None:
+            path.append(alpha.clone())
+        if callback is not None and callback(k, alpha, R, E):
+            stopped = True
+    bar.close()
+    return PathResult(
+        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
+        path=None if path is None else torch.stack([_out(a, y) for a in path]),
+        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
+    )
+
+
+
+# ---- sign gradient descent ----
+def sign_gradient_path(
+    K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, K_eval=None,
+    callback: Callback | None = None, record_path: bool = False, incremental: bool = True,
+    tol: float = 0.0, verbose: int = 0,
+) -> PathResult:
+    """Kernel sign gradient descent from alpha_0 = 0: ``alpha_{k+1} = alpha_k + eta sign(r_k)``.
+
+    sign(0) = 0, so a coordinate whose residual is exactly zero does not move. Every alpha_i moves
+    by exactly 0 or eta per step, so ||alpha_k||_inf <= k eta (Prop 5.1: the path of the
+    l-infinity constrained problem with radius t = k eta when K is diagonal).
+
+    Parameters
+    ----------
+    K : tensor of shape (n, n) or KernelOperator
+    y : tensor of shape (n,) or (n, t)
+    learning_rate : float or "auto", default="auto"
+        "auto" is :func:`sign_learning_rate`; the paper uses 0.01.
+    max_iter : int, default=1000
+    K_eval, callback, record_path, verbose
+        As in :func:`gradient_descent_path`.
+    incremental : bool, default=True
+        Keep q = K sign(r) and update it with the rows of K where a sign flipped (O(n) per flip)
+        instead of a full product per step (O(n^2)); a full product is used when more than a
+        quarter of the signs flip.
+    tol : float, default=0.0
+        Stop once ||r_k||_2 <= tol ||y||_2.
+
+    Returns
+    -------
+    PathResult
+
+    Examples
+    --------
+    >>> import torch
+    >>> res = sign_gradient_path(torch.eye(3, dtype=torch.float64),
+    ...                          torch.tensor([0.3, -1.0, 0.0], dtype=torch.float64),
+    ...                          learning_rate=0.1, max_iter=5)
+    >>> res.alpha.numpy().round(2)  # clip(y, t = 0.5); sign(0) = 0 keeps alpha_3 at 0
+    array([ 0.3, -0.5,  0. ])
+    """
+    Km, Y, Em = _prepare(K, y, K_eval)
+    eta = sign_learning_rate(K, y) if learning_rate == "auto" else _check_eta(learning_rate)
+    if callback is None and not record_path and incremental and tol == 0:
+        fast = _native_path("sign", Km, Y, Em, y, eta, max_iter, "sign gradient descent")
+        if fast is not None:
+            return fast
+    n = Km.shape[0]
+    B = Y.shape[0]
+    alpha = torch.zeros_like(Y)
+    R = Y.clone()
+    S = torch.sign(R)
+    Q = Km.rmatmul(S)  # K sign(r), batch layout
+    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    QE = None if Em is None else Em.rmatmul(S)
+    path = [alpha.clone()] if record_path else None
+    stopped = callback is not None and bool(callback(0, alpha, R, E))
+    y_norm = torch.linalg.vector_norm(Y, dim=-1)
+    k = 0
+    bar = progress(total=max_iter, desc="sign gradient descent", verbose=verbose)
+    while not stopped and k < max_iter:
+        if tol > 0 and bool((torch.linalg.vector_norm(R, dim=-1) <= tol * y_norm).all()):
+            break
+        alpha = alpha.add_(S, alpha=eta) if path is None else alpha + eta * S
+        R.sub_(Q, alpha=eta)
+        if E is not None:
+            E.add_(QE, alpha=eta)
+        k += 1
+        bar.update()
+        S_new = torch.sign(R)
+        changed = (S_new != S).any(dim=0) if B > 1 else (S_new[0] != S[0])
+        idx = torch.nonzero(changed).reshape(-1)
+        if idx.numel():
+            if not incremental or idx.numel() * 4 > n:
+                Q = Km.rmatmul(S_new)
+                if QE is not None:
+                    QE = Em.rmatmul(S_new)
+            else:
+                dS = (S_new - S)[:, idx]  # (B, |D|)
+                Q = Q + dS @ Km.columns_t(idx, symmetric=True)
+                if QE is not None:
+                    QE = QE + dS @ Em.columns_t(idx)
+            S = S_new
+        if path is not None:
+            path.append(alpha.clone())
+        if callback is not None and callback(k, alpha, R, E):
+            stopped = True
+    bar.close()
+    if not bool(torch.isfinite(R).all()):
+        raise DivergenceError("sign gradient descent produced a non-finite residual.")
+    return PathResult(
+        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
+        path=None if path is None else torch.stack([_out(a, y) for a in path]),
+        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
+    )
+
+
+# ---- coordinate descent ----
+def coordinate_descent_path(
+    K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, K_eval=None,
+    callback: Callback | None = None, record_path: bool = False, tol: float = 0.0,
+    verbose: int = 0,
+) -> PathResult:
+    """Kernel coordinate descent (forward stagewise) from alpha_0 = 0.
+
+    ``alpha_{k+1} = alpha_k + eta I_inf(r_k)``: every coordinate attaining max |r| moves by
+    eta sign(r_m); the residual is updated with those kernel columns only, O(n) per step
+    (columns of a matrix-free K are computed on demand, O(n d), and cached for revisited
+    coordinates within half the memory budget). Without ties ||alpha_k||_0 <= k and
+    ||alpha_k||_1 <= k eta.
+
+    Parameters
+    ----------
+    K : tensor of shape (n, n) or KernelOperator
+    y : tensor of shape (n,) or (n, t)
+    learning_rate : float or "auto", default="auto"
+        "auto" is :func:`coordinate_learning_rate`; the paper uses 0.01.
+    max_iter : int, default=1000
+    tol : float, default=0.0
+        Stop once max |r| <= tol max |y|.
+    K_eval, callback, record_path, verbose
+        As in :func:`gradient_descent_path`.
+
+    Returns
+    -------
+    PathResult
+
+    Examples
+    --------
+    >>> import torch
+    >>> res = coordinate_descent_path(torch.eye(3, dtype=torch.float64),
+    ...                               torch.tensor([0.3, -1.0, 0.05], dtype=torch.float64),
+    ...                               learning_rate=0.1, max_iter=9)
+    >>> res.alpha.numpy().round(2)  # soft-thresholding of y: sparse
+    array([ 0.1, -0.8,  0. ])
+    """
+    Km, Y, Em = _prepare(K, y, K_eval)
+    if Km.op is not None:
+        Km = _Matrix(K, cache_columns=True)
+    if Em is not None and Em.op is not None:
+        Em = _Matrix(K_eval, "K_eval", cache_columns=True)
+    eta = coordinate_learning_rate(K, y) if learning_rate == "auto" else \
+        _check_eta(learning_rate)
+    if callback is None and not record_path and tol == 0:
+        fast = _native_path("coordinate", Km, Y, Em, y, eta, max_iter, "coordinate descent")
+        if fast is not None:
+            return fast
+    B = Y.shape[0]
+    alpha = torch.zeros_like(Y)
+    R = Y.clone()
+    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    y_max = Y.abs().amax(dim=-1)
+    path = [alpha.clone()] if record_path else None
+    stopped = callback is not None and bool(callback(0, alpha, R, E))
+    k = 0
+    bar = progress(total=max_iter, desc="coordinate descent", verbose=verbose)
+    tol_level = float(tol * y_max.max()) if B == 1 else 0.0
+    while not stopped and k < max_iter:
+        if B == 1:
+            # One target: argmax and one kernel column, O(n) with a handful of operations.
+            a0 = R[0].abs()
+            m = int(torch.argmax(a0))
+            top = float(a0[m])
+            if top == 0.0 or (tol > 0 and top <= tol_level):
+                break
+            if int((a0 == top).sum()) == 1:
+                step = eta if float(R[0, m]) > 0 else -eta
+                alpha[0, m] += step
+                R[0].sub_(Km.column(m, symmetric=True), alpha=step)
+                if E is not None:
+                    E[0].add_(Em.column(m), alpha=step)
+                k += 1
+                bar.update()
+                if path is not None:
+                    path.append(alpha.clone())
+                if callback is not None and callback(k, alpha, R, E):
+                    stopped = True
+                continue
+        A = R.abs()
+        top = A.amax(dim=-1, keepdim=True)
+        if tol > 0 and bool((top[:, 0] <= tol * y_max).all()):
+            break
+        mask = (A == top) & (top > 0)
+        idx = torch.nonzero(mask.any(dim=0)).reshape(-1)
+        if idx.numel() == 0:  # residual exactly zero: the path has stopped
+            break
+        delta = eta * torch.sign(R[:, idx]) * mask[:, idx]  # (B, |D|)
+        alpha[:, idx] += delta
+        R = R - delta @ Km.columns_t(idx, symmetric=True)
+        if E is not None:
+            E = E + delta @ Em.columns_t(idx)
+        k += 1
+        bar.update()
+        if path is not None:
+            path.append(alpha.clone())
+        if callback is not None and callback(k, alpha, R, E):
+            stopped = True
+    bar.close()
+    if not bool(torch.isfinite(R).all()):
+        raise DivergenceError("coordinate descent produced a non-finite residual.")
+    return PathResult(
+        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
+        path=None if path is None else torch.stack([_out(a, y) for a in path]),
+        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
+    )
