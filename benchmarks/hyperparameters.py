@@ -21,8 +21,8 @@ variance s^2 = y^T (K + alpha I)^{-1} y / n and noise alpha s^2 (the model the m
 likelihood scores), computed in this script; for the baseline the same formula at its kernel and
 penalty.
 
-Run: ``python benchmarks/hyperparameters.py --quick`` (n <= 500 train rows, about a minute) or
-``python benchmarks/hyperparameters.py --max-train 1000 --threads 1``.
+Run: ``python benchmarks/hyperparameters.py --quick --gpytorch`` (n <= 300 train rows, about a
+minute) or ``python benchmarks/hyperparameters.py --max-train 1000 --threads 1 --gpytorch``.
 """
 
 from __future__ import annotations
@@ -168,6 +168,8 @@ def main(argv=None):
     parser.add_argument("--max-train", type=int, default=800)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gpytorch", action="store_true",
+                        help="require the GPyTorch column (fail when GPyTorch is missing)")
     parser.add_argument("--gpytorch-iters", type=int, default=50)
     parser.add_argument("--gpytorch-lr", type=float, default=0.1)
     parser.add_argument("--gpytorch-dtype", choices=["float32", "float64"], default="float32")
@@ -182,6 +184,8 @@ def main(argv=None):
 
         have_gpytorch = True
     except ImportError:
+        if args.gpytorch:
+            raise SystemExit("--gpytorch needs GPyTorch: pip install gpytorch") from None
         have_gpytorch = False
         print("# GPyTorch is not installed: its column is skipped (pip install gpytorch)")
     _warm_up()

@@ -48,6 +48,30 @@ from kernelflow.online.evaluate import iter_chunks, progressive_validation  # no
 
 IMG = os.path.join(os.path.dirname(__file__), "..", "docs", "img")
 
+#: one colour and line style per method, the same in every figure
+METHOD_STYLE = {
+    "KRR (exact, all rounds)": ("black", "-"),
+    "KRR (exact, incremental)": ("0.45", "--"),
+    "Kernel-AWV": ("black", "-"),
+    "PKAWV-Taylor M=2": ("#9ecae1", "-"),
+    "PKAWV-Taylor M=3": ("#3182bd", "-"),
+    "PKAWV-Taylor M=4": ("#08519c", "-"),
+    "PKAWV-Nystrom (KORS)": ("#31a354", "-"),
+    "FOGD D=1000": ("#e6550d", "-"),
+    "Pros-N-KONS": ("#756bb1", "-"),
+}
+
+
+def _style(name):
+    colour, ls = METHOD_STYLE.get(name, ("0.6", ":"))
+    return {"color": colour, "linestyle": ls, "lw": 1.3}
+
+
+def _legend_below(fig, ax, ncol=4):
+    # outside the axes, so that no curve is hidden
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
+
 
 def _run(learner, X, y, *, loss="squared", budget=None, chunk=500):
     return progressive_validation(learner, iter_chunks(X, y, chunk), loss=loss,
@@ -206,14 +230,16 @@ def section_adversary(quick, plots):
     if plots:
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(7, 4.6))
         for name, reg in curves.items():
-            ax.plot(np.arange(1, len(reg) + 1), reg, label=name)
-        ax.set_xlabel("round t")
-        ax.set_ylabel("regret against the best regularised f")
-        ax.set_title("Greedy adversary, d = 5")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+            ax.plot(np.arange(1, len(reg) + 1), reg, label=name, **_style(name))
+        ax.set_xlabel("round t (one adversarial point per round)")
+        ax.set_ylabel("cumulative regret (square loss)")
+        ax.set_title(f"Regret against the best regularised f under a greedy adversary "
+                     f"(d = 5, {n} rounds)", fontsize=10)
+        ax.grid(alpha=0.3)
+        _legend_below(fig, ax)
+        fig.tight_layout(rect=(0, 0.13, 1, 1))
         fig.savefig(os.path.join(IMG, "online_adversary.png"), dpi=110)
         plt.close(fig)
     return curves
@@ -267,22 +293,29 @@ def _plot_real(results):
     import matplotlib.pyplot as plt
 
     for label, curves in results.items():
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        for i, (name, (avg, elapsed)) in enumerate(curves.items()):
+        what = ("average square loss (log price)^2" if label.startswith("diamonds")
+                else "average classification error (fraction)")
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4.6))
+        for name, (avg, elapsed) in curves.items():
             t = np.arange(1, len(avg) + 1)
-            a1.plot(t, avg, label=name, lw=1, color=f"C{i}")
+            a1.plot(t, avg, label=name, **_style(name))
             if elapsed is not None:  # the one-Cholesky exact curve has no per-round clock
-                a2.plot(t, elapsed, label=name, lw=1, color=f"C{i}")
+                a2.plot(t, elapsed, **_style(name))
         a1.set_xscale("log")
+        if label.startswith("diamonds"):  # the square loss spans decades, the error does not
+            a1.set_yscale("log")
         a1.set_xlabel("round t")
-        a1.set_ylabel("average loss")
-        a1.set_title(label)
+        a1.set_ylabel(what)
+        a1.set_title(f"{label}: average loss after t rounds", fontsize=10)
         a2.set_xscale("log")
         a2.set_yscale("log")
         a2.set_xlabel("round t")
-        a2.set_ylabel("cumulative time (s)")
-        a1.legend(fontsize=7)
-        fig.tight_layout()
+        a2.set_ylabel("cumulative wall time (s)")
+        a2.set_title(f"{label}: wall time for t rounds", fontsize=10)
+        for ax in (a1, a2):
+            ax.grid(alpha=0.3, which="both")
+        _legend_below(fig, a1)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
         slug = label.replace(" ", "_").replace("(", "").replace(")", "")
         fig.savefig(os.path.join(IMG, f"online_{slug}.png"), dpi=110)
         plt.close(fig)
@@ -295,7 +328,12 @@ def main(argv=None):
     parser.add_argument("--sections", default="12345", help="which sections to run, e.g. 12")
     parser.add_argument("--learn-one", action="store_true",
                         help="run only section 5 (river path against fit)")
+    parser.add_argument("--img-dir", default=None,
+                        help="write the figures here instead of docs/img (e.g. for --quick)")
     args = parser.parse_args(argv)
+    if args.img_dir:
+        global IMG
+        IMG = args.img_dir
     if args.learn_one:
         args.sections = "5"
     plots = not args.no_plots

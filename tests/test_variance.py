@@ -131,15 +131,16 @@ def test_refusals():
         ny.log_marginal_likelihood()
 
 
+@pytest.mark.parametrize("method", [True, "dtc", "fitc"])
 @pytest.mark.parametrize("t", [None, 2])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_nystrom_all_centres_equals_exact(t, weighted):
+def test_nystrom_all_centres_equals_exact(t, weighted, method):
     X, y, Xt = _data(n=50, t=t)
     w = np.random.RandomState(2).uniform(0.5, 2.0, len(X)) if weighted else None
     kw = dict(alpha=0.1, sigma=1.5)
     kr = KernelRidge(**kw).fit(X, y, sample_weight=w)
-    ny = NystromKernelRidge(n_components=len(X), landmarks=X, compute_variance=True, tol=1e-14,
-                            max_iter=500, **kw).fit(X, y, sample_weight=w)
+    ny = NystromKernelRidge(n_components=len(X), landmarks=X, compute_variance=method,
+                            tol=1e-14, max_iter=500, **kw).fit(X, y, sample_weight=w)
     m, s = kr.predict(Xt, return_std=True)
     mn, sn = ny.predict(Xt, return_std=True)
     assert sn.shape == s.shape
@@ -175,3 +176,53 @@ def test_nystrom_dtc_formula_with_few_centres():
     np.testing.assert_allclose(ny.log_marginal_likelihood(), lml, rtol=1e-6)
     s = ny.predict(Xt, return_std=True)[1]
     assert np.all(np.isfinite(s)) and np.all(s >= 0)
+
+
+def _fitc_dense(X, y, Xt, C, a, sig, w=None):
+    """FITC by a dense GP whose training covariance is Q + diag(K - Q) + a W^{-1}."""
+    def k(A, B):
+        return np.exp(-((A[:, None] - B[None]) ** 2).sum(-1) / (2 * sig**2))
+
+    Kmm_inv = np.linalg.inv(k(C, C))
+    Q = k(X, C) @ Kmm_inv @ k(C, X)
+    S = Q + np.diag(1.0 - np.diag(Q)) + a * np.diag(1.0 / (np.ones(len(X)) if w is None else w))
+    Qsx = k(Xt, C) @ Kmm_inv @ k(C, X)  # FITC cross covariance; prior variance k** = 1
+    var = 1.0 - np.einsum("ij,ji->i", Qsx, np.linalg.solve(S, Qsx.T))
+    _, logdet = np.linalg.slogdet(S)
+    lml = -0.5 * y @ np.linalg.solve(S, y) - 0.5 * logdet - 0.5 * len(X) * np.log(2 * np.pi)
+    return var, lml, S
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_nystrom_fitc_equals_dense_fitc_gp(weighted):
+    # FITC: prior Q + diag(K - Q); variance k** - Q*f (Q + diag(K - Q) + a W^-1)^-1 Qf*
+    X, y, Xt = _data(n=70)
+    w = np.random.RandomState(3).uniform(0.5, 2.0, len(X)) if weighted else None
+    a, sig = 0.2, 1.0
+    ny = NystromKernelRidge(n_components=10, alpha=a, sigma=sig, compute_variance="fitc",
+                            fit_intercept=False, random_state=0).fit(X, y, sample_weight=w)
+    var, lml, S = _fitc_dense(X, y, Xt, ny.centers_.numpy(), a, sig, w)
+    np.testing.assert_allclose(ny.predict(Xt, return_std=True)[1] ** 2, var, rtol=1e-6,
+                               atol=1e-9)
+    np.testing.assert_allclose(ny.log_marginal_likelihood(), lml, rtol=1e-6)
+    # the diagonal correction is exact at the training points: prior variance k(x_i, x_i)
+    noise = a / (np.ones(len(X)) if w is None else w)
+    np.testing.assert_allclose(np.diag(S) - noise, 1.0, rtol=1e-12)
+    # ... which DTC is not: there the training prior variance q_ii falls short of k_ii
+    dtc = NystromKernelRidge(n_components=10, alpha=a, sigma=sig, compute_variance="dtc",
+                             fit_intercept=False, random_state=0).fit(X, y, sample_weight=w)
+    assert not np.isclose(dtc.log_marginal_likelihood(), lml, rtol=1e-3)
+
+
+def test_fitc_training_point_variance_and_refusal():
+    # at a training point the FITC variance is that of a GP with prior variance k(x, x) there
+    X, y, _ = _data(n=60)
+    a, sig = 0.3, 1.2
+    ny = NystromKernelRidge(n_components=8, alpha=a, sigma=sig, compute_variance="fitc",
+                            fit_intercept=False, random_state=1).fit(X, y)
+    var, _, _ = _fitc_dense(X, y, X[:10], ny.centers_.numpy(), a, sig)
+    s = ny.predict(X[:10], return_std=True)[1]
+    np.testing.assert_allclose(s**2, var, rtol=1e-6, atol=1e-9)
+    assert np.all(s > 0) and np.all(s <= 1.0)  # between 0 and the prior k(x, x) = 1
+    with pytest.raises(ValueError, match="compute_variance"):
+        NystromKernelRidge(compute_variance="sor").fit(X, y)

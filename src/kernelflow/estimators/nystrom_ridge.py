@@ -358,9 +358,10 @@ class NystromKernelRidge(_NystromBase):
         system densely (exact, O(n M^2 + M^3)); "cg" runs preconditioned conjugate gradients;
         "auto" picks the cheaper from a cost model (direct up to about 1000 centres, CG
         beyond) and always CG with ``early_stopping``.
-    compute_variance : bool, default=False
-        One more float64 pass over the rows (O(n M (M + d))) for the DTC predictive variance
-        (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``.
+    compute_variance : bool or {"dtc", "fitc"}, default=False
+        One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
+        (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
+        the DTC approximation, "fitc" for FITC (exact prior variance at the training points).
 
     Attributes
     ----------
@@ -386,7 +387,8 @@ class NystromKernelRidge(_NystromBase):
         source, this process's held-out rows).
     compute_dtype_ : str
     posterior_ : NystromPosterior or None
-        DTC posterior factors (``compute_variance=True``), see :mod:`kernelflow.solvers.variance`.
+        DTC or FITC posterior factors (``compute_variance``), see
+        :mod:`kernelflow.solvers.variance`.
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -419,7 +421,7 @@ class NystromKernelRidge(_NystromBase):
         "tol": [Interval(Real, 0, None, closed="neither"), None],
         "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
         "solver": [StrOptions({"auto", "cg", "direct"})],
-        "compute_variance": ["boolean"],
+        "compute_variance": ["boolean", StrOptions({"dtc", "fitc"})],
     }
 
     def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
@@ -517,14 +519,16 @@ class NystromKernelRidge(_NystromBase):
         self.compute_dtype_ = "float32" if dtype == torch.float32 else "float64"
         self.posterior_ = nystrom_posterior(
             train, kernel, C, alpha, y_offset=intercept, options=options,
-            block_size=self.block_size) if self.compute_variance else None
+            block_size=self.block_size,
+            method="fitc" if self.compute_variance == "fitc" else "dtc",
+        ) if self.compute_variance else None
         return self
 
     def predict(self, X, return_std=False, return_cov=False):
         """Predict f(x) = K(x, centers_) dual_coef_ + intercept_, optionally with uncertainty.
 
-        The standard deviation / covariance are the DTC (Nyström) approximation of the GP
-        posterior with noise variance ``alpha`` (needs ``compute_variance=True``; see
+        The standard deviation / covariance are the DTC or FITC (Nyström) approximation of the
+        GP posterior with noise variance ``alpha`` (needs ``compute_variance``; see
         :mod:`kernelflow.solvers.variance`).
 
         Parameters
@@ -541,7 +545,7 @@ class NystromKernelRidge(_NystromBase):
         return _predict_with_uncertainty(self, X, return_std, return_cov, super().predict)
 
     def log_marginal_likelihood(self):
-        """DTC log marginal likelihood of the centred targets (needs ``compute_variance``).
+        """DTC or FITC log marginal likelihood of the centred targets (needs ``compute_variance``).
 
         Returns
         -------

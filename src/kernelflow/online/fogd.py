@@ -77,7 +77,7 @@ class FOGD(OnlineRegressorBase):
     """
 
     #: created by the first round, then only read (see ``kernelflow.utils._atomic``)
-    _atomic_shared = ("feature_keys_", "frequencies_")
+    _atomic_shared = ("feature_keys_", "frequencies_", "feature_names_in_")
 
     _parameter_constraints: dict = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
@@ -108,13 +108,20 @@ class FOGD(OnlineRegressorBase):
         return np.hstack([np.cos(Z), np.sin(Z)]) * self._norm
 
     def _begin(self, x):
-        z = self._features(x[None])[0]
+        # one row: cos and sin written into one buffer (no hstack, no 2-D temporaries)
+        zx = x @ self.frequencies_
+        D = zx.shape[0]
+        z = np.empty(2 * D)
+        np.cos(zx, out=z[:D])
+        np.sin(zx, out=z[D:])
+        z *= self._norm
         y_hat = float(z @ self.coef_)
         self._pending = (z, y_hat)
         return y_hat
 
     def _end(self, y):
         z, y_hat = self._pending
+        self._pending = None  # nothing left for the next round's state copy
         self._t += 1
         if self.learning_rate is not None:
             eta = float(self.learning_rate)

@@ -90,7 +90,7 @@ class PKAWVTaylor(OnlineRegressorBase):
     """
 
     #: created by the first round, then only read (see ``kernelflow.utils._atomic``)
-    _atomic_shared = ("feature_keys_", "_map", "multi_indices_", "center_")
+    _atomic_shared = ("feature_keys_", "_map", "multi_indices_", "center_", "feature_names_in_")
 
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="neither")],

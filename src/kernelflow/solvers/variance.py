@@ -36,8 +36,18 @@ log N(y | 0, Q + alpha D^{-1}), by Woodbury and the determinant lemma
     -1/(2 alpha) (y^T D y - ||R^{-1} L^{-1} K_Mn D y||^2)
     - 1/2 (n log alpha - sum log w + log det(G + alpha I) - M log alpha) - n/2 log 2 pi.
 
-With all training points as centres Q = K and both formulas are the exact ones. (FITC would
-add the diagonal of K - Q to the noise; it is not implemented.)
+With all training points as centres Q = K and both formulas are the exact ones.
+
+FITC (fully independent training conditional, Snelson & Ghahramani 2006; Quinonero-Candela &
+Rasmussen 2005, Sec. 6) keeps the exact prior variance at every training point: its prior
+covariance is Q + diag(K - Q), so the noise of row i becomes
+lambda_i = alpha / w_i + (k_ii - q_ii). Every formula above holds with the weights D replaced by
+the effective weights D' = alpha Lambda^{-1}, w'_i = w_i alpha / (alpha + w_i (k_ii - q_ii)),
+and the test point's own correction k_** - q_** is the first term of the covariance already;
+the evidence is log N(y | 0, Q + diag(K - Q) + alpha D^{-1}). ``method="fitc"`` computes q_ii
+= ||L^{-1} k_Mi||^2 in the same pass (K_MM is factorised first). The estimator's mean stays
+the Nyström ridge solution (FITC's own mean would reweight the rows by D'); with all training
+points as centres K - Q = 0 and DTC, FITC and the exact posterior coincide.
 """
 
 from __future__ import annotations
@@ -199,7 +209,7 @@ def exact_posterior(K: torch.Tensor, alpha, *, sample_weight: torch.Tensor | Non
 
 @dataclass
 class NystromPosterior:
-    """DTC posterior of the Nyström model (see the module docstring).
+    """DTC or FITC posterior of the Nyström model (see the module docstring).
 
     Attributes
     ----------
@@ -209,13 +219,16 @@ class NystromPosterior:
         Lower Cholesky factor of G + alpha I, G = L^{-1} K_Mn D K_nM L^{-T}.
     alpha : float
     log_marginal_likelihood : float
-        DTC log evidence of the centred targets (summed over targets).
+        DTC (or FITC) log evidence of the centred targets (summed over targets).
+    method : str
+        "dtc" or "fitc".
     """
 
     L: torch.Tensor
     R: torch.Tensor
     alpha: float
     log_marginal_likelihood: float
+    method: str = "dtc"
 
     def covariance(self, K_cs: torch.Tensor, k_ss: torch.Tensor, *, full: bool = False):
         """Predictive (co)variance from K_cs = k(C, X_test) (M, m) and prior k_ss."""
@@ -230,12 +243,13 @@ class NystromPosterior:
 
 def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor, alpha: float,
                       *, y_offset: torch.Tensor | None = None, options: Options | None = None,
-                      block_size: int | None = None) -> NystromPosterior:
-    """One float64 pass over the rows for the DTC posterior and evidence (all-reduced).
+                      block_size: int | None = None, method: str = "dtc") -> NystromPosterior:
+    """One float64 pass over the rows for the DTC or FITC posterior and evidence (all-reduced).
 
     Accumulates K_Mn D K_nM, K_Mn D (y - y_offset), sum_i w_i (y_i - y_offset)^2, the number
-    of rows of positive weight and the sum of their log weights. Cost O(n M (M + d) + M^3),
-    memory O(M^2) plus one row block.
+    of rows of positive weight and the sum of their log weights, with D the sample weights
+    (``method="dtc"``) or FITC's effective weights (``method="fitc"``, see the module
+    docstring). Cost O(n M (M + d) + M^3), memory O(M^2) plus one row block.
 
     Examples
     --------
@@ -249,7 +263,11 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
     """
     if not (alpha > 0 and math.isfinite(alpha)):
         raise ValueError(f"the predictive variance needs alpha > 0, got {alpha!r}.")
+    if method not in ("dtc", "fitc"):
+        raise ValueError(f"method must be 'dtc' or 'fitc', got {method!r}.")
     C = centers.to(_F64)
+    L, _ = cholesky(KernelOperator(kernel, C, options=options).to_dense().to(_F64).cpu(),
+                    warn=False)
     M, t = C.shape[0], source.n_outputs
     G = torch.zeros(M, M, dtype=_F64)
     b = torch.zeros(M, t, dtype=_F64)
@@ -262,6 +280,13 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
         if y_offset is not None:
             y = y - y_offset.to(_F64).reshape(1, -1)
         w = blk.sample_weight
+        if method == "fitc":
+            # FITC: noise alpha / w_i + (k_ii - q_ii), i.e. weight w_i alpha / (alpha + w_i d_i)
+            Xb = blk.X.to(_F64)
+            d = (_kernel_diag(kernel, Xb).cpu()
+                 - (_tri_solve(L, Kb.T) ** 2).sum(0)).clamp_min(0.0)
+            w = torch.ones_like(d) if w is None else w.to(_F64).cpu()
+            w = torch.where(w > 0, w * alpha / (alpha + w * d), torch.zeros_like(w))
         if w is None:
             Kw, yw = Kb, y
             stats[-2] += blk.X.shape[0]
@@ -275,8 +300,6 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
         b += Kw.T @ y
         stats[:t] += (yw * y).sum(0)
     G, b, stats = all_reduce_sum(G), all_reduce_sum(b), all_reduce_sum(stats)
-    L, _ = cholesky(KernelOperator(kernel, C, options=options).to_dense().to(_F64).cpu(),
-                    warn=False)
     Gt = _tri_solve(L, _tri_solve(L, G).T)  # L^{-1} G L^{-T} (G symmetric)
     Gt = 0.5 * (Gt + Gt.T)
     Gt.diagonal().add_(alpha)
@@ -287,4 +310,5 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
     logdet = ((n_pos - M) * math.log(alpha) - log_w
               + 2.0 * float(torch.log(R.diagonal()).sum()))
     lml = float((-0.5 * quad).sum()) - t * 0.5 * (logdet + n_pos * _LOG_2PI)
-    return NystromPosterior(L=L, R=R, alpha=float(alpha), log_marginal_likelihood=lml)
+    return NystromPosterior(L=L, R=R, alpha=float(alpha), log_marginal_likelihood=lml,
+                            method=method)
