@@ -63,6 +63,7 @@ ESTIMATORS: dict[str, str] = {
     "huber": _E + "huber:KernelHuberRegressor",
     "tukey": _E + "tukey:KernelTukeyRegressor",
     "quantile": _E + "quantile:KernelQuantileRegressor",
+    "quantile_apg": _E + "quantile_apg:KernelQuantileRegressorAPG",
     # Nystrom
     "nystrom_ridge": _E + "nystrom_ridge:NystromKernelRidge",
     "nystrom_robust": _E + "nystrom_robust:NystromRobustRegressor",

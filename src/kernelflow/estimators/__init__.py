@@ -29,6 +29,7 @@ _LOCATIONS = {
     "KernelHuberRegressor": ".huber",
     "KernelTukeyRegressor": ".tukey",
     "KernelQuantileRegressor": ".quantile",
+    "KernelQuantileRegressorAPG": ".quantile_apg",
     # Nyström
     "Nystroem": ".nystroem",
     "NystromKernelRidge": ".nystrom_ridge",
