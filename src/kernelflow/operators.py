@@ -10,7 +10,7 @@ argument checks. The subclasses:
 - :class:`KernelOperator`: a lazily evaluated kernel matrix K(X1, X2) (the tiled engine);
 - :class:`DenseOperator`: a stored matrix (also the precomputed kernel);
 - :class:`ScaledOperator`: D1 K D2 with diagonal D1, D2 (sample weights, masks);
-- :class:`SubsetOperator`: the rows/columns view K[rows][:, cols];
+- :class:`SubsetOperator`: the rows/columns view ``K[rows][:, cols]``;
 - :class:`FeatureOperator`: Phi1 Phi2^T from an explicit feature map;
 - :class:`BatchedMaskedOperator`: a batch of masked problems sharing one operator.
 
@@ -468,7 +468,7 @@ class LinearOperator:
         return self.columns([int(j)])[:, 0]
 
     def subset(self, rows=None, cols=None) -> LinearOperator:
-        """The operator of K[rows][:, cols] (``None`` keeps all rows / columns).
+        """The operator of ``K[rows][:, cols]`` (``None`` keeps all rows / columns).
 
         Kernel, dense and feature operators return an operator of the same kind on the selected
         points (products cost O(len(rows) len(cols))); others a :class:`SubsetOperator` view.
@@ -911,7 +911,7 @@ class ScaledOperator(LinearOperator):
 
 
 class SubsetOperator(LinearOperator):
-    """The view K[rows][:, cols] of an operator (``None`` keeps every row / column).
+    """The view ``K[rows][:, cols]`` of an operator (``None`` keeps every row / column).
 
     Products scatter the right-hand side into the base's columns and gather the rows, so a
     lazy base stays lazy; for the training block of a fold, ``SubsetOperator(K, train, train)``.

@@ -129,6 +129,7 @@ class DataSource:
 
     n_features: int
     n_outputs: int
+    _n_samples: int | None
 
     @property
     def n_samples(self) -> int:

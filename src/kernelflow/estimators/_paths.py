@@ -10,6 +10,7 @@ stopping time by batched path cross-validation
 from __future__ import annotations
 
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 import torch
@@ -124,7 +125,7 @@ class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     """
 
     _parameter_constraints: dict = {**PATH_CONSTRAINTS, **KERNEL_CONSTRAINTS}
-    _path_function = None
+    _path_function: Any = None
 
     def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
