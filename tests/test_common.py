@@ -71,6 +71,9 @@ CHECK_ESTIMATOR_MARKS: dict[str, list] = {
                "check_estimator")],
     "gradient_descent_cv": [pytest.mark.slow(
         reason="the default sigma grid and ten folds make check_estimator take over a minute")],
+    "huber_gradient_descent_cv": [pytest.mark.slow(
+        reason="the per-step MAD threshold over 30 bandwidths x 10 folds makes one default fit "
+               "take about 3 s, so check_estimator takes minutes")],
 }
 
 #: estimators whose fit is not all-or-nothing yet: a refused or interrupted fit leaves
