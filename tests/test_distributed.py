@@ -31,7 +31,8 @@ from kernelflow.estimators.doubly_stochastic_regressor import DoublyStochasticRe
 from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
 from kernelflow.estimators.nystrom_robust import NystromRobustRegressor
 from kernelflow.kernels import Gaussian
-from kernelflow.solvers.path_cv import early_stopping_path_cv, krr_grid_cv, penalized_grid_cv
+from kernelflow.solvers.grid_cv import krr_grid_cv, penalized_grid_cv
+from kernelflow.solvers.path_cv import early_stopping_path_cv
 from kernelflow.sources import ArraySource
 
 N, D = 600, 2

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from kernelflow.kernels import Gaussian
-from kernelflow.solvers import _native, paths
+from kernelflow.solvers import _native
 from kernelflow.solvers.path_cv import early_stopping_path_cv
 from kernelflow.solvers.paths import coordinate_descent_path, sign_gradient_path
 
@@ -157,4 +157,4 @@ def test_tensor_fallback_without_the_extension(monkeypatch):
     with pytest.raises(ValueError, match="backend='native'"):
         early_stopping_path_cv(X, y, [Gaussian(0.5)], folds, backend="native")
     ref = sign_gradient_path(K, y, learning_rate=0.01, max_iter=50)  # tensor loop now
-    assert ref.n_iter == 50 and paths._native.available() is False
+    assert ref.n_iter == 50 and _native.available() is False
