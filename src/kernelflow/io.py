@@ -160,7 +160,7 @@ class _Writer:
             name, keys, pos, has_gauss, cached = value.get_state()
             return {
                 "type": "random_state",
-                "keys": self._ndarray(keys, where),
+                "keys": self._ndarray(np.asarray(keys), where),
                 "state": [name, int(pos), int(has_gauss), float(cached)],
             }
         if _is_estimator(value):
@@ -371,7 +371,7 @@ def save_model(estimator, path, *, extra: dict | None = None) -> Path:
     )
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **{META_KEY: blob}, **writer.arrays)
+            np.savez(fh, **{META_KEY: blob}, **writer.arrays)  # type: ignore[arg-type]
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -622,7 +622,7 @@ class _Archive:
                 buf[pos : pos + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
                 pos += len(chunk)
         arr = buf.view(got_dtype).reshape(got_shape, order="F" if fortran else "C")
-        data = buf if (not fortran or arr.flags.c_contiguous) else arr.tobytes(order="C")
+        data: Any = buf if (not fortran or arr.flags.c_contiguous) else arr.tobytes(order="C")
         return arr, hashlib.sha256(data).hexdigest()
 
 
@@ -769,10 +769,10 @@ class _Reader:
             return value
         if kind == "tensor":
             arr = self.array(node["key"])
-            dtype = _TORCH_DTYPES.get(node.get("dtype")) if isinstance(node.get("dtype"), str) \
-                else None
+            name = node.get("dtype")
+            dtype = _TORCH_DTYPES.get(name) if isinstance(name, str) else None
             if dtype is None:
-                raise ModelFileError(f"unsupported tensor dtype {str(node.get('dtype'))[:40]!r}")
+                raise ModelFileError(f"unsupported tensor dtype {str(name)[:40]!r}")
             if not arr.dtype.isnative:
                 raise ModelFileError(f"tensor {node['key']} is not stored in native byte order")
             t = torch.from_numpy(arr.copy(order="K"))
@@ -791,10 +791,11 @@ class _Reader:
             return arr
         if kind == "str_array":
             spec = node["dtype"]
+            str_dtype: Any
             if spec == "object":
-                dtype = object
+                str_dtype = object
             elif isinstance(spec, str) and re.fullmatch(r"[<>|]?[US][0-9]{1,6}", spec):
-                dtype = np.dtype(spec)
+                str_dtype = np.dtype(spec)
             else:
                 raise ModelFileError(f"unsupported string array dtype {str(spec)[:40]!r}")
             values, shape = node["values"], self._shape(node)
@@ -802,7 +803,7 @@ class _Reader:
                 raise ModelFileError("string array: values must be strings")
             if math.prod(shape) != len(values):
                 raise ModelFileError("string array: shape does not match the number of values")
-            return np.array(values, dtype=dtype).reshape(shape)
+            return np.array(values, dtype=str_dtype).reshape(shape)
         if kind == "object_array":
             shape = self._shape(node)
             items = [self.decode(v) for v in self._list(node["items"])]
@@ -816,14 +817,14 @@ class _Reader:
             items = [self.decode(v) for v in self._list(node["items"])]
             return {"list": list, "tuple": tuple, "set": set}[kind](items)
         if kind == "dict":
-            out = {}
+            mapping: dict = {}
             for pair in self._list(node["items"]):
                 if not isinstance(pair, list) or len(pair) != 2:
                     raise ModelFileError("dict items must be [key, value] pairs")
                 if not isinstance(pair[0], _KEY_TYPES):
                     raise ModelFileError("dict keys must be str, int, float, bool or null")
-                out[pair[0]] = self.decode(pair[1])
-            return out
+                mapping[pair[0]] = self.decode(pair[1])
+            return mapping
         if kind == "torch_dtype":
             if not isinstance(node["value"], str) or node["value"] not in _TORCH_DTYPES:
                 raise ModelFileError(f"unknown torch dtype {str(node['value'])[:40]!r}")
@@ -867,8 +868,8 @@ class _Reader:
             gen.set_state(state.cpu())
             return gen
         if kind == "state_object":
-            cls = self.cls(node["class"], "state_object")
-            obj = cls.__new__(cls)
+            state_cls: Any = self.cls(node["class"], "state_object")
+            obj = state_cls.__new__(state_cls)
             for k, v in self._kwargs(node["state"]).items():
                 object.__setattr__(obj, k, v)
             return obj

@@ -10,6 +10,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -260,7 +261,7 @@ class BandedForm:
         Block reflectors ``Q_j = I - V T V^T`` acting on rows ``start:``; Q = Q_1 Q_2 ... Q_p.
     """
 
-    band: object
+    band: Any
     reflectors: list
     eps: float = float(torch.finfo(torch.float64).eps)  # unit roundoff of the reduction
 

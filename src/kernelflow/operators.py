@@ -29,6 +29,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from .kernels import Kernel, _common_shift
@@ -1113,11 +1114,7 @@ def as_operator(K, *, options: Options | None = None) -> LinearOperator:
         return K
     if isinstance(K, torch.Tensor):
         return DenseOperator(K, options=options)
-    try:
-        import numpy as np
-    except ImportError:  # pragma: no cover
-        np = None
-    if np is not None and isinstance(K, np.ndarray):
+    if isinstance(K, np.ndarray):
         return DenseOperator(torch.from_numpy(np.ascontiguousarray(K)), options=options)
     raise TypeError(f"cannot make an operator from {type(K).__name__}; expected a torch.Tensor, "
                     "a NumPy array or a LinearOperator.")

@@ -194,7 +194,7 @@ def plot_regularization_path(
         cols = np.unique(np.linspace(0, Y.shape[1] - 1, max_lines).round().astype(int))
     fig, ax = _figure(ax)
     for j in cols:
-        label = labels[j] if labels is not None else None
+        label = labels[int(j)] if labels is not None else None
         ax.plot(x, Y[:, j], lw=1.2 if len(cols) > 1 else 1.8, label=label)
     if best is not None:
         b = float(best)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 import torch
@@ -138,6 +140,12 @@ class KernelEstimatorMixin(AtomicFitMixin):
     ``fit`` (and ``partial_fit`` where defined) of every subclass is all-or-nothing: see
     :class:`kernelflow.utils._atomic.AtomicFitMixin`.
     """
+
+    # parameters and fitted attributes the subclasses provide (declared for type checkers)
+    kernel: Any
+    kernel_: Any
+    X_fit_: Any
+    get_params: Callable[..., dict]
 
     #: Whether y may have several columns (sets scikit-learn's ``multi_output`` tag).
     _multi_output = True

@@ -124,7 +124,7 @@ class BatchedEarlyStopping:
         self.best_loss = torch.full(tuple(shape), math.inf, dtype=dtype, device=device)
         self.best_iteration = torch.full(tuple(shape), -1, dtype=torch.long, device=device)
         self.stop_iteration = torch.full(tuple(shape), -1, dtype=torch.long, device=device)
-        self._first = None  # first iteration ever recorded
+        self._first: int | None = None  # first iteration ever recorded
 
     @property
     def stopped(self):
