@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from kernelflow.datasets._online import greedy_adversary, load_online_stream  # noqa: E402
+from kernelflow.datasets._online import load_online_stream  # noqa: E402
 from kernelflow.kernels import Gaussian  # noqa: E402
 from kernelflow.online import (  # noqa: E402
     FOGD,
@@ -42,6 +42,7 @@ from kernelflow.online import (  # noqa: E402
     PKAWVNystrom,
     PKAWVTaylor,
     ProsNKONS,
+    greedy_adversary,
     online_krr_predictions,
 )
 from kernelflow.online.evaluate import iter_chunks, progressive_validation  # noqa: E402

@@ -364,3 +364,35 @@ def test_process_killed_during_an_auto_distributed_fit_fails_clearly():
     assert "rank 1 died" in msg and "SIGKILL" in msg
     assert "rank 0 error: DistributedError" in msg
     assert "collective operation failed during NystromKernelRidge.fit" in msg
+
+
+class _RecordingRegressor(DoublyStochasticRegressor):
+    """Records every write of a constructor parameter made after construction."""
+
+    def __setattr__(self, name, value):
+        if getattr(self, "_constructed", False) and name in self._get_param_names():
+            self.__dict__.setdefault("_param_writes", []).append(name)
+        object.__setattr__(self, name, value)
+
+
+def test_distributed_fit_never_writes_the_parameters():
+    # the shared seed and the median-heuristic bandwidth are passed on, not stored in the
+    # estimator's parameters (not even for the duration of the fit)
+    from kernelflow.distributed import distributed_fit
+
+    rng = np.random.RandomState(0)
+    X, y = rng.normal(size=(120, 3)), rng.normal(size=120)
+    est = _RecordingRegressor(max_iter=2, block_size=32, random_state=None)
+    est._constructed = True
+    before = est.get_params()
+    distributed_fit(est, X, y)
+    assert est.__dict__.get("_param_writes", []) == []
+    assert est.get_params() == before
+    assert hasattr(est, "coef_")
+
+
+def test_distributed_fit_refuses_an_estimator_without_a_data_parallel_fit():
+    from kernelflow.distributed import distributed_fit
+
+    with pytest.raises(TypeError, match="no data-parallel fit"):
+        distributed_fit(KernelRidgeCV(), np.zeros((4, 1)), np.zeros(4))

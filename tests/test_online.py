@@ -8,7 +8,7 @@ import pytest
 import torch
 from sklearn.utils.estimator_checks import check_estimator
 
-from kernelflow.datasets._online import greedy_adversary, scale_to_unit_box
+from kernelflow.datasets._online import scale_to_unit_box
 from kernelflow.features.taylor import taylor_features, theoretical_taylor_degree
 from kernelflow.online import (
     FOGD,
@@ -16,6 +16,7 @@ from kernelflow.online import (
     PKAWVNystrom,
     PKAWVTaylor,
     ProsNKONS,
+    greedy_adversary,
     online_krr_predictions,
 )
 from kernelflow.online.evaluate import iter_chunks, progressive_validation

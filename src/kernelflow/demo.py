@@ -148,7 +148,7 @@ def run_demo(*, dataset="concrete", outlier_fraction=0.2, seed=0, n_train=None,
                      "mae": float(np.mean(np.abs(err))),
                      "r2": float(1 - np.sum(err**2) / np.sum((y_te - y_te.mean()) ** 2)),
                      "fit_s": fit_s})
-    from kernelflow.cli import format_seconds, format_table
+    from kernelflow.utils._text import format_seconds, format_table
 
     u = f" ({unit})" if unit else ""
     say(format_table(

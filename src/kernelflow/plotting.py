@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .utils._text import format_seconds
+
 __all__ = [
     "plot_regularization_path",
     "plot_estimator_path",
@@ -670,7 +672,7 @@ def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
             error_kw={"ecolor": "0.2", "capsize": 3, "lw": 1})
     labels = [str(n) for n in names]
     if times is not None:
-        labels = [f"{lab}\n(fit {_seconds(t)})" for lab, t in zip(labels, _np(times).ravel())]
+        labels = [f"{lab}\n(fit {format_seconds(t)})" for lab, t in zip(labels, _np(times).ravel())]
     ax.set_yticks(pos, labels, fontsize="small")
     if log is None:
         log = _spans_decades(s)
@@ -699,17 +701,3 @@ def plot_comparison(names: Sequence[str], scores, times=None, *, errors=None,
     if title:
         ax.set_title(title, fontsize="medium")
     return fig
-
-
-def _seconds(t) -> str:
-    """A duration rounded for people: ``0.012 s``, ``1.3 s``, ``42 s``, ``3 min 5 s``."""
-    t = float(t)
-    if not math.isfinite(t):
-        return "-"
-    if t < 1:
-        return f"{t:.2g} s"
-    if t < 10:
-        return f"{t:.1f} s"
-    if t < 60:
-        return f"{t:.0f} s"
-    return f"{int(t // 60)} min {t % 60:.0f} s"

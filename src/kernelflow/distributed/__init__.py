@@ -1,15 +1,16 @@
 """Data-parallel execution on torch.distributed.
 
 Each process holds a shard of the rows (:mod:`.sharding`); the solvers all-reduce every sum over
-rows (:mod:`._comm`), so the estimators' ``fit`` inside a process group (:mod:`.auto`) and
-:func:`distributed_fit` give every process the model of a single-process fit on all rows.
+rows (:mod:`kernelflow.collectives`), so the estimators' ``fit`` inside a process group
+(:mod:`.auto`) and :func:`distributed_fit` give every process the model of a single-process fit
+on all rows.
 :mod:`.launch` starts and supervises process groups (``torchrun`` or :func:`spawn`) with bounded
 timeouts; :mod:`.cv` spreads cross-validation grids over processes. Command line:
 ``torchrun --standalone --nproc_per_node=N -m kernelflow.distributed fit ...`` (see
 ``docs/distributed.md``).
 """
 
-from ._comm import all_reduce_sum, broadcast, is_distributed, local_only, rank, world_size
+from ..collectives import all_reduce_sum, broadcast, is_distributed, local_only, rank, world_size
 from .auto import data_parallel
 from .launch import (
     DistributedError,
@@ -58,8 +59,8 @@ __all__ = [
     "my_share",
 ]
 
-# fit and cv import the estimators and solvers, which import ._comm from this package: load them
-# on first use so that importing a solver never starts an import cycle
+# fit and cv import the solvers: loading them on first use keeps `import kernelflow.distributed`
+# light for the launcher
 _LAZY = {"as_shard": "fit", "distributed_fit": "fit", "distributed_path_cv": "cv",
          "distributed_krr_grid_cv": "cv", "distributed_penalized_grid_cv": "cv",
          "my_share": "cv"}

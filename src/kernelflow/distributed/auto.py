@@ -9,7 +9,7 @@ cross-validation estimators) take a ``distributed`` parameter:
 * ``True`` / ``"on"``: the same, but a missing process group is an error (instead of a silent
   single-process fit);
 * ``False`` / ``"off"``: each process fits only its own rows; collectives are switched off for
-  the duration of the fit (:func:`kernelflow.distributed._comm.local_only`).
+  the duration of the fit (:func:`kernelflow.collectives.local_only`).
 
 A :class:`~kernelflow.distributed.sharding.ShardSource` always means a data-parallel fit.
 
@@ -29,8 +29,16 @@ import torch
 import torch.distributed as dist
 from sklearn.utils._param_validation import StrOptions
 
-from ._comm import all_reduce_sum, broadcast, is_distributed, local_only, rank, world_size
-from .launch import DistributedError, configured_timeout
+from ..collectives import (
+    DistributedError,
+    all_reduce_sum,
+    broadcast,
+    configured_timeout,
+    is_distributed,
+    local_only,
+    rank,
+    world_size,
+)
 
 __all__ = ["DISTRIBUTED_CONSTRAINT", "GATHER_LIMIT", "data_parallel", "fit_scope",
            "collective_errors", "gather_all_rows", "shared_seed"]

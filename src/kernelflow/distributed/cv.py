@@ -18,10 +18,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..collectives import all_reduce_sum, is_distributed, rank, world_size
 from ..solvers.grid_cv import GridCVResult, krr_grid_cv, penalized_grid_cv
 from ..solvers.path_cv import PathCVResult, early_stopping_path_cv
 from ..solvers.paths import DivergenceError
-from ._comm import all_reduce_sum, is_distributed, rank, world_size
 from .auto import collective_errors, data_parallel
 from .sharding import check_consistent
 

@@ -33,11 +33,11 @@ import torch
 import torch.distributed as dist
 from sklearn.utils import check_random_state
 
+from ..collectives import all_reduce_sum, is_distributed, rank, world_size
 from ..sources import ArraySource, DataSource
 from ..utils._progress import progress
 from ..utils._validation import check_X_y
 from . import auto
-from ._comm import all_reduce_sum, is_distributed, rank, world_size
 from .auto import collective_errors, shared_seed
 from .sharding import ShardSource, check_consistent
 
@@ -116,16 +116,11 @@ def distributed_fit(estimator, X, y=None, sample_weight=None):
     >>> round(model.score(X, y), 3)
     1.0
     """
-    from ..estimators.doubly_stochastic import DoublyStochasticMixin
-    from ..estimators.nystrom_ridge import _NystromBase
-
     name = type(estimator).__name__
-    with collective_errors(f"{name}.fit"):
-        if isinstance(estimator, _NystromBase):
-            source = as_shard(X, y, sample_weight)
-            return estimator.fit(source)
-        if isinstance(estimator, DoublyStochasticMixin):
-            return _fit_doubly_stochastic(estimator, as_shard(X, y, sample_weight))
+    fit_shard = getattr(estimator, "_distributed_fit", None)
+    if fit_shard is not None:
+        with collective_errors(f"{name}.fit"):
+            return fit_shard(as_shard(X, y, sample_weight))
     raise TypeError(
         f"{name} has no data-parallel fit; use NystromKernelRidge, NystromRobustRegressor, "
         "DoublyStochasticRegressor or DoublyStochasticClassifier."
@@ -162,7 +157,7 @@ def _labels_union(y_np: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate([np.asarray(g, dtype=local.dtype) for g in gathered]))
 
 
-def _fit_doubly_stochastic(est, shard: ShardSource):
+def fit_doubly_stochastic_shard(est, shard: ShardSource):
     """:func:`distributed_fit` of a doubly stochastic estimator on a shard (from scratch)."""
     if est.warm_start and hasattr(est, "coef_"):
         raise ValueError("distributed_fit starts from scratch; warm_start is not supported.")
@@ -209,27 +204,22 @@ def global_batch_fit(est, shard: ShardSource, Xt, Y, swt, *, resume: bool,
     All processes draw the same permutation of the n global rows; each takes the rows of every
     batch that it holds, and :meth:`DoublyStochasticModel.step` all-reduces the batch sums.
     """
+    # the seed and the bandwidth shared by all processes are passed on, never written into the
+    # estimator's parameters
     random_state = shared_seed(est.random_state)
-    saved_rs, saved_kernel = est.random_state, est.kernel
-    try:
-        est.random_state = random_state
-        if resume:
-            model = est._get_model()
-            if Y.shape[1] != model.n_outputs:
-                raise ValueError(
-                    f"y has {Y.shape[1]} target column(s), the model was started with "
-                    f"{model.n_outputs}.")
-        else:
-            kernel = _global_kernel(est, shard, Xt.dtype)
-            if kernel is not None:
-                est.kernel = kernel  # the same bandwidth on every process
-            # _init_state reads the number of rows (batch_size="auto") and the width from its
-            # argument: show it a zero-copy view with the global row count
-            est._init_state(Xt.new_zeros(1, Xt.shape[1]).expand(shard.n_samples, -1))
-            model = est._model
-        rng = check_random_state(est.random_state)
-    finally:
-        est.random_state, est.kernel = saved_rs, saved_kernel
+    if resume:
+        model = est._get_model()
+        if Y.shape[1] != model.n_outputs:
+            raise ValueError(
+                f"y has {Y.shape[1]} target column(s), the model was started with "
+                f"{model.n_outputs}.")
+    else:
+        # _init_state reads the number of rows (batch_size="auto") and the width from its
+        # argument: show it a zero-copy view with the global row count
+        est._init_state(Xt.new_zeros(1, Xt.shape[1]).expand(shard.n_samples, -1),
+                        random_state=random_state, kernel=_global_kernel(est, shard, Xt.dtype))
+        model = est._model
+    rng = check_random_state(random_state)
     # the feature stream must be the same everywhere
     check_consistent("random_state (the feature-stream seeds drawn from it)",
                      seed=float(est.seed_))

@@ -32,7 +32,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ._comm import is_distributed, rank, world_size
+from ..collectives import (
+    _GROUP_STATE,
+    DistributedError,
+    configured_timeout,
+    is_distributed,
+    rank,
+    world_size,
+)
 
 __all__ = [
     "DistributedError",
@@ -51,17 +58,6 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a collective operation may wait for the other processes before it fails.
 DEFAULT_TIMEOUT = 300.0
-
-_state: dict[str, Any] = {"timeout": None}
-
-
-class DistributedError(RuntimeError):
-    """A process of a data-parallel run failed, died, or did not answer within the timeout."""
-
-
-def configured_timeout() -> float | None:
-    """Timeout (seconds) given to :func:`init_process_group`, or None if it was not used."""
-    return _state["timeout"]
 
 
 def init_process_group(backend: str | None = None, *, timeout: float = DEFAULT_TIMEOUT,
@@ -113,7 +109,7 @@ def init_process_group(backend: str | None = None, *, timeout: float = DEFAULT_T
         kwargs["init_method"] = init_method or "env://"
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout)),
                             **kwargs)
-    _state["timeout"] = float(timeout)
+    _GROUP_STATE["timeout"] = float(timeout)
     logger.debug("process group up: rank %d of %d (%s, timeout %.0f s)", dist.get_rank(),
                  dist.get_world_size(), backend, timeout)
 
@@ -122,7 +118,7 @@ def destroy_process_group() -> None:
     """Tear down the default process group if there is one (safe to call twice)."""
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _state["timeout"] = None
+    _GROUP_STATE["timeout"] = None
 
 
 def barrier() -> None:
@@ -258,7 +254,7 @@ def spawn(fn: Callable, nprocs: int = 2, args: Sequence = (), *, timeout: float 
     """Run ``fn(*args)`` on ``nprocs`` fresh processes joined in a Gloo group on localhost.
 
     ``fn`` must be importable by name (a module-level function). Inside it, the group is
-    initialised (:mod:`kernelflow.distributed._comm` reports the rank and world size) with
+    initialised (:mod:`kernelflow.collectives` reports the rank and world size) with
     collective ``timeout``; each process uses ``threads`` intra-op threads.
 
     Parameters

@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 
-from ._comm import rank, world_size
+from ..collectives import rank, world_size
 from .launch import (
     DEFAULT_TIMEOUT,
     DistributedError,
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _params(items) -> dict:
-    from ..cli import parse_value
+    from ..utils._text import parse_value
 
     out = {}
     for item in items:

@@ -10,7 +10,7 @@ rows [floor(r n / p), floor((r + 1) n / p)). :class:`ShardSource` wraps the proc
   position from whichever process holds them (one all-reduce of the requested rows only).
 
 Each process iterates its own blocks; the solvers sum per-block contributions and all-reduce them
-(:func:`kernelflow.distributed._comm.all_reduce_sum`), so nothing ever gathers the data set.
+(:func:`kernelflow.collectives.all_reduce_sum`), so nothing ever gathers the data set.
 Constructing a shard is a collective operation: all processes build theirs at the same point, and
 shards whose number of features, targets, weights or dtype disagree raise ``ValueError`` on every
 process (instead of a hang or a wrong result later).
@@ -29,8 +29,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from ..collectives import all_reduce_sum, is_distributed, rank, world_size
 from ..sources import ArraySource, Block, ChunkSource, DataSource, MemmapSource
-from ._comm import all_reduce_sum, is_distributed, rank, world_size
 
 __all__ = ["shard_range", "ShardSource", "shard_arrays", "shard_npy", "shard_parquet",
            "check_consistent"]

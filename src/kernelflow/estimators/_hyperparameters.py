@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..distributed._comm import is_distributed
+from ..collectives import is_distributed
 from ..solvers.hyperparameters import learn_hyperparameters
 
 __all__ = ["learn_for_estimator", "learn_for_nystrom"]

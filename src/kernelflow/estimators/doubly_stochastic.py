@@ -18,7 +18,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..distributed._comm import all_reduce_sum, local_only
+from ..collectives import all_reduce_sum, local_only
 from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..features.random import supports_random_features
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
@@ -105,9 +105,11 @@ class DoublyStochasticMixin(AtomicFitMixin):
             )
         return kernel
 
-    def _init_state(self, X):
-        rng = check_random_state(self.random_state)
-        self.kernel_ = self._resolve_kernel(X)
+    def _init_state(self, X, *, random_state=None, kernel=None):
+        """Fresh model state; ``random_state`` and ``kernel`` override the parameters (a
+        data-parallel fit passes the seed and bandwidth shared by all processes)."""
+        rng = check_random_state(self.random_state if random_state is None else random_state)
+        self.kernel_ = self._resolve_kernel(X) if kernel is None else kernel
         self.seed_ = int(rng.randint(np.iinfo(np.int32).max))
         self._model = self._make_model(X.shape[1], self._n_outputs, self.kernel_, self.seed_,
                                        X.device)
@@ -178,6 +180,12 @@ class DoublyStochasticMixin(AtomicFitMixin):
         w = torch.ones_like(v) if sw is None else sw.to(v.dtype)
         s = all_reduce_sum(torch.stack([(v * w).sum(), w.sum()]))
         return float(s[0] / s[1].clamp_min(1e-300))
+
+    def _distributed_fit(self, shard):
+        """:func:`kernelflow.distributed.distributed_fit` on a shard: global mini-batches."""
+        from ..distributed.fit import fit_doubly_stochastic_shard
+
+        return fit_doubly_stochastic_shard(self, shard)
 
     def _fit_data_parallel(self, X, y, sw, *, partial=False):
         """``fit`` / ``partial_fit`` over the rows of all processes (rank order), collective."""

@@ -15,7 +15,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..distributed._comm import all_reduce_sum, broadcast, is_distributed
+from ..collectives import all_reduce_sum, broadcast, is_distributed
 from ..distributed.auto import DISTRIBUTED_CONSTRAINT, data_parallel, fit_scope, gather_all_rows
 from ..distributed.sharding import ShardSource, check_consistent
 from ..landmarks import LandmarkSelector, resolve_centers
@@ -233,6 +233,11 @@ def _nystrom_predict_output(estimator, X):
 
 class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     """Data handling, centre selection and prediction shared by the Nyström estimators."""
+
+    def _distributed_fit(self, shard):
+        """:func:`kernelflow.distributed.distributed_fit` on a shard: the solvers read the local
+        rows and all-reduce every sum over rows."""
+        return self.fit(shard)
 
     def _setup(self, X, y, sample_weight):
         """Shared by the Nyström estimators: data, kernel, centres, dtype, warm-start state."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from importlib.util import find_spec
 
+from .adversary import greedy_adversary
 from .evaluate import ProgressiveResult, progressive_validation
 from .fogd import FOGD
 from .kawv import KernelAWV, online_krr_predictions
@@ -24,6 +25,7 @@ __all__ = [
     "PKAWVTaylor",
     "ProgressiveResult",
     "ProsNKONS",
+    "greedy_adversary",
     "online_krr_predictions",
     "progressive_validation",
 ]

@@ -19,7 +19,7 @@ averaged iterate ``f̂_t = (1/t) Σ f_i`` is kept as a second coefficient set.
 Cost of iteration t: O(b · t r · d) to predict on the batch (all t blocks), O(b r d) for the new
 block, O(r² b + r³) with preconditioning; memory O(t r C) for the coefficients (plus an optional
 cache of the block parameters, which is not part of the model). Every sum over rows goes through
-:func:`kernelflow.distributed._comm.all_reduce_sum`, so data-parallel processes that regenerate
+:func:`kernelflow.collectives.all_reduce_sum`, so data-parallel processes that regenerate
 the same blocks from the shared seed take identical steps.
 """
 
@@ -30,7 +30,7 @@ import math
 
 import torch
 
-from ..distributed._comm import all_reduce_sum
+from ..collectives import all_reduce_sum
 from ..features.random import FeatureBlock, concat_blocks, sample_block
 from ..utils._finite import DivergenceError
 from .losses import Loss, SquaredLoss, get_loss

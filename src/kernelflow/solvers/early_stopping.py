@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..distributed._comm import all_reduce_sum, is_distributed
+from ..collectives import all_reduce_sum, is_distributed
 from ..linalg import symmetric_eigh
 from ..operators import KernelOperator, Options
 from ..utils._progress import progress

@@ -26,7 +26,7 @@ Streaming: the training rows are read only through a :class:`kernelflow.sources.
 row block at a time; each block's K(X_b, C) is a :class:`kernelflow.operators.KernelOperator`
 whose tiles respect the memory budget, so K_nM never exists unless it takes at most half of the
 budget (then it is computed once and stored, as Falkon does). Every sum over rows goes through
-:func:`kernelflow.distributed._comm.all_reduce_sum`, so a process holding a shard of the rows runs
+:func:`kernelflow.collectives.all_reduce_sum`, so a process holding a shard of the rows runs
 the same code data-parallel. Cost per iteration O(n M (d + 2t)); setup O(M^3 + n t).
 """
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..distributed._comm import all_reduce_sum
+from ..collectives import all_reduce_sum
 from ..kernels import Kernel
 from ..linalg import cholesky, conjugate_gradient
 from ..operators import DenseOperator, KernelOperator, Options, memory_budget

@@ -48,7 +48,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..distributed._comm import all_reduce_sum
+from ..collectives import all_reduce_sum
 from ..kernels import Kernel
 from ..linalg import cholesky
 from ..operators import KernelOperator, Options

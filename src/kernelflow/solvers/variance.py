@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..distributed._comm import all_reduce_sum
+from ..collectives import all_reduce_sum
 from ..kernels import Kernel
 from ..linalg import cholesky
 from ..operators import KernelOperator, Options, memory_budget

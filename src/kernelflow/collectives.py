@@ -12,7 +12,21 @@ import contextvars
 import torch
 import torch.distributed as dist
 
-__all__ = ["is_distributed", "rank", "world_size", "all_reduce_sum", "broadcast", "local_only"]
+__all__ = ["is_distributed", "rank", "world_size", "all_reduce_sum", "broadcast", "local_only",
+           "DistributedError", "configured_timeout"]
+
+# the timeout given to ``kernelflow.distributed.init_process_group`` (None: not started there)
+_GROUP_STATE: dict[str, float | None] = {"timeout": None}
+
+
+class DistributedError(RuntimeError):
+    """A process of a data-parallel run failed, died, or did not answer within the timeout."""
+
+
+def configured_timeout() -> float | None:
+    """Timeout (seconds) given to ``kernelflow.distributed.init_process_group``, or None if it
+    was not used."""
+    return _GROUP_STATE["timeout"]
 
 # set while an estimator fits this process's rows alone inside a process group
 _LOCAL_ONLY = contextvars.ContextVar("kernelflow_local_only", default=False)
