@@ -62,10 +62,6 @@ EXPECTED_FAILED_CHECKS: dict[str, dict[str, str]] = {
 
 #: check_estimator parametrisations that are known to fail or to be too slow with the defaults
 CHECK_ESTIMATOR_MARKS: dict[str, list] = {
-    "doubly_stochastic": [pytest.mark.xfail(
-        strict=False,
-        reason="with its default block_size the regressor does not reach the R² that "
-               "check_regressors_train asks for on its small data set")],
     "penalized_cv": [pytest.mark.slow(
         reason="the default grid with the l_inf proximal step runs for minutes inside "
                "check_estimator")],

@@ -217,7 +217,8 @@ def global_batch_fit(est, shard: ShardSource, Xt, Y, swt, *, resume: bool,
         # _init_state reads the number of rows (batch_size="auto") and the width from its
         # argument: show it a zero-copy view with the global row count
         est._init_state(Xt.new_zeros(1, Xt.shape[1]).expand(shard.n_samples, -1),
-                        random_state=random_state, kernel=_global_kernel(est, shard, Xt.dtype))
+                        random_state=random_state, kernel=_global_kernel(est, shard, Xt.dtype),
+                        stream=partial)
         model = est._model
     rng = check_random_state(random_state)
     # the feature stream must be the same everywhere

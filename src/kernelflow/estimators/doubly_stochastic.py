@@ -10,6 +10,7 @@ stream and the kernel: no training rows are kept.
 from __future__ import annotations
 
 import logging
+import math
 from numbers import Integral, Real
 
 import numpy as np
@@ -39,7 +40,7 @@ DOUBLY_STOCHASTIC_CONSTRAINTS = {
     "coef0": [Interval(Real, 0, None, closed="left")],
     "learning_rate": [StrOptions(set(StepSchedule.KINDS))],
     "eta0": [Interval(Real, 0, None, closed="neither")],
-    "decay": [Interval(Real, 0, None, closed="left")],
+    "decay": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
     "batch_size": [Interval(Integral, 1, None, closed="left"), StrOptions({"auto"})],
     "block_size": [Interval(Integral, 2, None, closed="left")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -62,6 +63,11 @@ DATA_PARALLEL_CONSTRAINTS = {"distributed": DISTRIBUTED_CONSTRAINT}
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
+#: decay of the "inverse_scaling" step per epoch with ``decay="auto"`` in ``fit``, and per
+#: iteration in ``partial_fit``
+AUTO_DECAY_PER_EPOCH = 0.05
+AUTO_DECAY_STREAM = 1e-3
+
 
 class DoublyStochasticMixin(AtomicFitMixin):
     """fit / partial_fit / prediction for the doubly stochastic estimators.
@@ -74,7 +80,9 @@ class DoublyStochasticMixin(AtomicFitMixin):
 
     # ---- model construction ------------------------------------------------------------------
     def _make_model(self, n_input, n_outputs, kernel, seed, device):
-        schedule = StepSchedule(self.learning_rate, eta0=self.eta0, decay=self.decay)
+        # decay_ is set by _init_state; model files written before it existed hold decay
+        schedule = StepSchedule(self.learning_rate, eta0=self.eta0,
+                                decay=getattr(self, "decay_", self.decay))
         return DoublyStochasticModel(
             kernel, n_input, n_outputs, loss=self._loss_object(), alpha=self._regularisation(),
             schedule=schedule, block_size=self.block_size, seed=seed,
@@ -105,18 +113,28 @@ class DoublyStochasticMixin(AtomicFitMixin):
             )
         return kernel
 
-    def _init_state(self, X, *, random_state=None, kernel=None):
+    def _init_state(self, X, *, random_state=None, kernel=None, stream=False):
         """Fresh model state; ``random_state`` and ``kernel`` override the parameters (a
         data-parallel fit passes the seed and bandwidth shared by all processes)."""
         rng = check_random_state(self.random_state if random_state is None else random_state)
         self.kernel_ = self._resolve_kernel(X) if kernel is None else kernel
         self.seed_ = int(rng.randint(np.iinfo(np.int32).max))
+        self.batch_size_ = (int(np.clip(X.shape[0] // 16, 32, 1024)) if self.batch_size == "auto"
+                            else int(self.batch_size))
+        # "auto": in fit, the step of "inverse_scaling" falls by 1/(1 + AUTO_DECAY_PER_EPOCH) per
+        # epoch of these rows, whatever their number (the default 20 epochs end at half the
+        # step); a stream (partial_fit) has no epochs and gets a fixed per-iteration decay, so
+        # that chunks of a stream give the model of the whole stream
+        if self.decay != "auto":
+            self.decay_ = float(self.decay)
+        elif stream:
+            self.decay_ = AUTO_DECAY_STREAM
+        else:
+            self.decay_ = AUTO_DECAY_PER_EPOCH / math.ceil(X.shape[0] / self.batch_size_)
         self._model = self._make_model(X.shape[1], self._n_outputs, self.kernel_, self.seed_,
                                        X.device)
         self.n_iter_ = 0
         self.loss_curve_ = []
-        self.batch_size_ = (int(np.clip(X.shape[0] // 16, 32, 1024)) if self.batch_size == "auto"
-                            else int(self.batch_size))
         self._store_state()
 
     def _store_state(self):
@@ -254,7 +272,7 @@ class DoublyStochasticMixin(AtomicFitMixin):
         first = not hasattr(self, "coef_")
         Y = self._encode_targets(y, first=first)
         if first:
-            self._init_state(X)
+            self._init_state(X, stream=True)
         model = self._get_model()
         if Y.shape[1] != model.n_outputs:
             raise ValueError(

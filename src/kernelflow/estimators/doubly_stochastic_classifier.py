@@ -85,7 +85,7 @@ random_state, warm_start, verbose, dtype, distributed :
     }
 
     def __init__(self, loss="hinge", *, alpha=1e-6, kernel="rbf", sigma=None, gamma=None,
-                 degree=3, coef0=1.0, learning_rate="inverse_scaling", eta0=1.0, decay=1e-3,
+                 degree=3, coef0=1.0, learning_rate="inverse_scaling", eta0=1.0, decay="auto",
                  batch_size="auto", block_size=128, max_iter=20, max_blocks=None,
                  precondition="auto", average=False, fit_intercept=True, tol=1e-4,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=5, shuffle=True,

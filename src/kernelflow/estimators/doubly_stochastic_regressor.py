@@ -58,8 +58,11 @@ default="squared_error"
         θ or γ₀. With the normalised features (``Φ(x)ᵀΦ(x) ≈ k(x, x) = 1``) a unit step is safe
         for the squared loss; ``"inverse"`` needs ``eta0·alpha`` in (1, 2) or an integer for the
         paper's O(1/t) bound.
-    decay : float, default=1e-3
-        γ₁ of ``"inverse_scaling"``.
+    decay : float or "auto", default="auto"
+        γ₁ of ``"inverse_scaling"`` (per iteration). ``"auto"`` is 0.05 divided by the number of
+        iterations in one epoch of the rows given to ``fit``, so the step falls to half over 20
+        epochs whatever the number of rows, and 1e-3 for ``partial_fit`` (a stream has no
+        epochs); the value used is ``decay_``.
     batch_size : int or "auto", default="auto"
         Rows per iteration; "auto" is ``clip(n // 16, 32, 1024)`` for the ``n`` rows given to
         ``fit`` (or to the first ``partial_fit`` call).
@@ -158,7 +161,7 @@ default="squared_error"
 
     def __init__(self, loss="squared_error", *, alpha=1e-6, kernel="rbf", sigma=None, gamma=None,
                  degree=3, coef0=1.0, epsilon=None, quantile=0.5, learning_rate="inverse_scaling",
-                 eta0=1.0, decay=1e-3, batch_size="auto", block_size=128, max_iter=20,
+                 eta0=1.0, decay="auto", batch_size="auto", block_size=128, max_iter=20,
                  max_blocks=None, precondition="auto", average=False, fit_intercept=True, tol=1e-4,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=5, shuffle=True,
                  random_state=None, warm_start=False, verbose=0, dtype="float64",
