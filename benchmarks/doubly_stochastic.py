@@ -267,10 +267,10 @@ def bench_flights(quick):
           f"(std of y: {yte.std():.2f})\n")
     ours = {
         "doubly SGD, growing (Alg. 1)": dict(batch_size=8192, block_size=256,
-                                              precondition=5.0, dtype="float32",
+                                              precondition=5.0, decay=1e-3, dtype="float32",
                                               random_state=0),
         "doubly SGD, 64 blocks revisited": dict(batch_size=2048, block_size=512,
-                                                 precondition=5.0, dtype="float32",
+                                                 precondition=5.0, decay=1e-3, dtype="float32",
                                                  max_blocks=64, random_state=0),
     }
     for k, v in ours.items():
@@ -324,8 +324,8 @@ def bench_classify(quick):
                 best = (acc, D, t)
         t0 = time.perf_counter()
         ours = DoublyStochasticClassifier(sigma=sigma, alpha=1.0 / n, block_size=256,
-                                          max_iter=5 if quick else 10, dtype="float32",
-                                          random_state=0)
+                                          max_iter=5 if quick else 10, decay=1e-3,
+                                          dtype="float32", random_state=0)
         ours.fit(Xtr, ytr)
         t_ours, acc_ours = time.perf_counter() - t0, ours.score(Xte, yte)
         rows.append((name, n, f"{acc_svc:.4f} ({t_svc:.1f}s)",
