@@ -23,6 +23,7 @@ from ..distributed.cv import cv_solver
 from ..kernels import Kernel, make_kernel, median_heuristic
 from ..operators import KernelOperator
 from ..solvers.early_stopping import _single_path, fit_path
+from ..solvers.losses import RESIDUAL_LOSSES
 from ..solvers.path_cv import early_stopping_path_cv
 from ..solvers.paths.rules import PathRule, as_rule
 from ..typing import ArrayLike, Output
@@ -34,7 +35,7 @@ __all__ = ["PATH_CONSTRAINTS", "CV_CONSTRAINTS", "PathRegressor", "PathCVRegress
            "bandwidth_grid", "grid_kernels", "cv_folds"]
 
 #: Validation losses every path estimator accepts.
-VALIDATION_LOSSES = {"squared", "absolute", "huber"}
+VALIDATION_LOSSES = set(RESIDUAL_LOSSES)
 
 #: Constraints shared by the path estimators.
 PATH_CONSTRAINTS = {

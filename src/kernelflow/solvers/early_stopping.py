@@ -29,6 +29,7 @@ from ..utils._progress import progress
 from ..utils.holdout import holdout_weights as validation_weights
 from ..utils.holdout import row_content_hash, validation_split
 from ..utils.monitor import EarlyStopping
+from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .paths import (
     SPECTRAL_MAX_N,
     DivergenceError,
@@ -90,7 +91,7 @@ class EarlyStoppingResult:
     validation_losses: torch.Tensor = field(repr=False)
 
 
-LOSSES = ("squared", "absolute", "huber")
+LOSSES = tuple(RESIDUAL_LOSSES)
 _SINGLE = {"gradient": gradient_descent_path, "sign": sign_gradient_path,
            "coordinate": coordinate_descent_path}
 
@@ -109,9 +110,7 @@ def _single_path(rule: PathRule) -> Callable:
 
 
 def _check_loss(loss: str) -> str:
-    if loss not in LOSSES:
-        raise ValueError(f"validation_loss must be one of {LOSSES}, got {loss!r}.")
-    return loss
+    return get_residual_loss(loss, what="validation_loss").name
 
 
 def validation_mse(predictions: torch.Tensor, y_val: torch.Tensor) -> torch.Tensor:
@@ -159,13 +158,8 @@ def validation_loss(predictions: torch.Tensor, y_val: torch.Tensor,
 
 
 def _elementwise_loss(diff: torch.Tensor, y_val: torch.Tensor, loss: str) -> torch.Tensor:
-    if loss == "squared":
-        return diff.square()
-    a = diff.abs()
-    if loss == "absolute":
-        return a
-    eps = _huber_epsilon(y_val)
-    return torch.where(a <= eps, 0.5 * a.square(), eps * (a - 0.5 * eps))
+    lf = get_residual_loss(loss, what="validation_loss")
+    return lf.error(diff, _huber_epsilon(y_val) if lf.needs_threshold else None)
 
 
 def _weighted_s_max(K, sq: torch.Tensor) -> float:

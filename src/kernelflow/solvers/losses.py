@@ -33,6 +33,9 @@ __all__ = [
     "NoveltyLoss",
     "get_loss",
     "LOSSES",
+    "ResidualLoss",
+    "RESIDUAL_LOSSES",
+    "get_residual_loss",
 ]
 
 
@@ -233,3 +236,117 @@ def get_loss(name, *, epsilon=None, quantile=0.5) -> Loss:
     if name == "quantile":
         return QuantileLoss(quantile)
     return LOSSES[name]()
+
+
+# ---- losses of a residual r = y - f: robust training and validation scoring --------------------
+class ResidualLoss:
+    """A loss of the residual ``r = y - f`` with everything its users need, written once.
+
+    ``rho(r, eps)`` is the training loss, ``psi(r, eps) = rho'(r)`` its derivative (the
+    influence function of M-estimation), ``irls_weight(r, eps) = psi(r) / r`` the weight of
+    iteratively reweighted least squares, ``error(r, eps)`` the per-row validation error that
+    early stopping averages (the squared error for ``"squared"``, so that it reports the mean
+    squared error; ``rho`` otherwise), ``smoothness`` the Lipschitz constant of ``psi`` (None when
+    ``psi`` jumps) and ``needs_threshold`` whether ``eps`` (Huber's threshold) is used. With
+    ``inplace=True`` ``error`` may overwrite ``r`` (batched validation scoring saves a copy).
+    Cost O(size of r).
+
+    Examples
+    --------
+    >>> r = torch.tensor([-3.0, 0.5, 2.0])
+    >>> get_residual_loss("huber").psi(r, 1.0).tolist()
+    [-1.0, 0.5, 1.0]
+    >>> get_residual_loss("squared").error(r, None).tolist(), RESIDUAL_LOSSES["absolute"].smoothness
+    ([9.0, 0.25, 4.0], None)
+    """
+
+    name: str = ""
+    smoothness: float | None = None
+    needs_threshold = False
+
+    def rho(self, r: torch.Tensor, eps) -> torch.Tensor:
+        raise NotImplementedError
+
+    def psi(self, r: torch.Tensor, eps) -> torch.Tensor:
+        raise NotImplementedError
+
+    def irls_weight(self, r: torch.Tensor, eps) -> torch.Tensor:
+        a = r.abs()
+        return torch.where(a > 0, self.psi(r, eps) / torch.where(a > 0, r, torch.ones_like(r)),
+                           torch.full_like(r, self._weight_at_zero()))
+
+    def _weight_at_zero(self) -> float:
+        return 1.0
+
+    def error(self, r: torch.Tensor, eps, *, inplace: bool = False) -> torch.Tensor:
+        return self.rho(r, eps)
+
+    def __repr__(self):
+        return f"get_residual_loss({self.name!r})"
+
+
+class _Squared(ResidualLoss):
+    name, smoothness = "squared", 1.0
+
+    def rho(self, r, eps):
+        return 0.5 * r * r
+
+    def psi(self, r, eps):
+        return r
+
+    def error(self, r, eps, *, inplace=False):
+        return r.square_() if inplace else r.square()
+
+
+class _Absolute(ResidualLoss):
+    name, smoothness = "absolute", None
+
+    def rho(self, r, eps):
+        return r.abs()
+
+    def psi(self, r, eps):
+        return torch.sign(r)
+
+    def _weight_at_zero(self):
+        return float("inf")
+
+    def error(self, r, eps, *, inplace=False):
+        return r.abs_() if inplace else r.abs()
+
+
+class _Huber(ResidualLoss):
+    name, smoothness, needs_threshold = "huber", 1.0, True
+
+    def rho(self, r, eps):
+        a = r.abs()
+        return torch.where(a <= eps, 0.5 * a * a, eps * (a - 0.5 * eps))
+
+    def psi(self, r, eps):
+        if isinstance(eps, torch.Tensor):
+            return torch.maximum(torch.minimum(r, eps), -eps)
+        return r.clamp(-eps, eps)
+
+    def error(self, r, eps, *, inplace=False):
+        a = r.abs_() if inplace else r.abs()
+        return torch.where(a <= eps, 0.5 * a.square(), eps * (a - 0.5 * eps))
+
+
+#: the residual losses by name: robust Nyström training, path rules' validation scoring,
+#: estimators' ``loss`` / ``validation_loss`` options
+RESIDUAL_LOSSES: dict[str, ResidualLoss] = {L.name: L() for L in (_Squared, _Absolute, _Huber)}
+
+
+def get_residual_loss(name, *, what: str = "loss") -> ResidualLoss:
+    """The :class:`ResidualLoss` called ``name`` (a ``ValueError`` naming ``what`` otherwise).
+
+    Examples
+    --------
+    >>> get_residual_loss("absolute").rho(torch.tensor([-2.0]), None).tolist()
+    [2.0]
+    """
+    if isinstance(name, ResidualLoss):
+        return name
+    try:
+        return RESIDUAL_LOSSES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"{what} must be one of {tuple(RESIDUAL_LOSSES)}, got {name!r}.") from None

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .losses import RESIDUAL_LOSSES
+
 __all__ = [
     "MEstimateResult",
     "huber_weights",
@@ -61,8 +63,7 @@ def huber_weights(r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     >>> huber_weights(torch.tensor([0.5, -4.0, 0.0]), torch.tensor(2.0)).tolist()
     [1.0, 0.5, 1.0]
     """
-    a = r.abs()
-    return torch.where(a > k, k / a.clamp_min(torch.finfo(r.dtype).tiny), torch.ones_like(a))
+    return RESIDUAL_LOSSES["huber"].irls_weight(r, k)
 
 
 def tukey_weights(r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:

@@ -55,6 +55,7 @@ from ..operators import KernelOperator, Options
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress
+from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .nystrom import (
     NystromPreconditioner,
     _DenseBlock,
@@ -68,7 +69,7 @@ __all__ = ["LOSSES", "LossPass", "RobustSolution", "nystrom_loss_pass", "nystrom
 
 logger = logging.getLogger(__name__)
 
-LOSSES = ("absolute", "huber", "squared")
+LOSSES = tuple(RESIDUAL_LOSSES)
 _F64 = torch.float64
 # |r| histogram: log-spaced bins from 1e-12 to 1e12 (4.7 % wide): robust scales without sorting.
 _EDGES = torch.logspace(-12, 12, 1201, dtype=_F64)
@@ -76,12 +77,8 @@ _RESCALE_AT = (3, 10, 30)
 
 
 def _psi_rho(loss: str, r: torch.Tensor, delta: float | None):
-    if loss == "squared":
-        return r, 0.5 * r * r
-    if loss == "absolute":
-        return torch.sign(r), r.abs()
-    a = r.abs()
-    return r.clamp(-delta, delta), torch.where(a <= delta, 0.5 * r * r, delta * a - 0.5 * delta**2)
+    lf = get_residual_loss(loss)
+    return lf.psi(r, delta), lf.rho(r, delta)
 
 
 class LossPass(NamedTuple):

@@ -48,6 +48,7 @@ from ..utils._progress import progress
 from ..utils.monitor import BatchedEarlyStopping
 from . import _native
 from .direct import krr_spectral, spectrum
+from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .paths import DivergenceError
 from .paths.rules import as_rule, huber_epsilon
 from .prox import PENALTIES
@@ -145,17 +146,12 @@ def _group_size(n_kernels: int, n: int, n_folds: int, chunk: int, dtype, options
     return max(1, min(n_kernels, budget // per))
 
 
-VALIDATION_LOSSES = ("squared", "absolute", "huber")
+VALIDATION_LOSSES = tuple(RESIDUAL_LOSSES)
 
 
 def _pointwise_loss(diff: torch.Tensor, loss: str, eps) -> torch.Tensor:
-    """Squared, absolute or Huber loss of ``diff``, in place (``eps`` broadcasts)."""
-    if loss == "squared":
-        return diff.square_()
-    a = diff.abs_()
-    if loss == "absolute":
-        return a
-    return torch.where(a <= eps, 0.5 * a.square(), eps * (a - 0.5 * eps))
+    """Squared, absolute or Huber validation error of ``diff``, in place (``eps`` broadcasts)."""
+    return get_residual_loss(loss, what="validation_loss").error(diff, eps, inplace=True)
 
 
 class _SpectralGD:
