@@ -93,6 +93,23 @@ class Kernel:
     #: k(x, x') depends on x - x' only.
     is_stationary = False
 
+    # ---- spectral measure (random features) ---------------------------------------------------
+    def has_spectral_measure(self) -> bool:
+        """Whether :meth:`sample_frequencies` can sample this kernel's spectral measure (true for
+        the distance kernels and sums, products, scalings and column groups of them)."""
+        return False
+
+    def spectral_mass(self) -> float:
+        """k(x, x) of a shift-invariant kernel: the total mass of its spectral measure."""
+        raise TypeError(f"{type(self).__name__} has no spectral measure.")
+
+    def sample_frequencies(self, d: int, m: int, generator: torch.Generator) -> torch.Tensor:
+        """``m`` frequencies (a (d, m) float64 tensor) from the spectral measure normalised to
+        a probability, drawn from ``generator`` only (Bochner: k(x - x') = mass E[cos w^T(x -
+        x')]). Random-feature maps call this; the draws are a function of the generator's state.
+        """
+        raise TypeError(f"{type(self).__name__} has no spectral measure to sample.")
+
     # ---- scikit-learn style parameters -----------------------------------------------------
     @classmethod
     def _get_param_names(cls):
@@ -289,11 +306,64 @@ def _sub(X, shift):
     return X if shift is None else X - shift
 
 
+def _gamma_draws(shape: float, n: int, gen: torch.Generator) -> torch.Tensor:
+    """n Gamma(shape, 1) draws driven by ``gen`` only (Marsaglia-Tsang 2000 rejection; torch's
+    own gamma sampler ignores generators). The rejection loop consumes draws in a fixed order."""
+    if shape < 1.0:
+        g = _gamma_draws(shape + 1.0, n, gen)
+        u = torch.rand(n, generator=gen, dtype=torch.float64)
+        return g * u.pow(1.0 / shape)
+    d = shape - 1.0 / 3.0
+    c = 1.0 / math.sqrt(9.0 * d)
+    out = torch.empty(n, dtype=torch.float64)
+    todo = torch.arange(n)
+    while todo.numel():
+        k = todo.numel()
+        x = torch.randn(k, generator=gen, dtype=torch.float64)
+        u = torch.rand(k, generator=gen, dtype=torch.float64)
+        v = (1.0 + c * x) ** 3
+        ok = v > 0
+        lv = torch.log(v.clamp_min(1e-300))
+        ok &= torch.log(u) < 0.5 * x * x + d - d * v + d * lv
+        out[todo[ok]] = d * v[ok]
+        todo = todo[~ok]
+    return out
+
+
 class _DistanceKernel(Kernel):
     is_stationary = True
 
     def __init__(self, sigma=1.0):
         self.sigma = sigma
+
+    def has_spectral_measure(self) -> bool:
+        return True
+
+    def spectral_mass(self) -> float:
+        return 1.0
+
+    @classmethod
+    def sigma_from_gamma(cls, gamma: float) -> float:
+        """The bandwidth for scikit-learn's ``gamma`` (``exp(-gamma d)`` for the exponential
+        kernels: sigma = 1 / gamma)."""
+        return 1.0 / gamma
+
+    def sample_frequencies(self, d, m, generator):
+        Z = torch.randn(d, m, generator=generator, dtype=torch.float64)
+        s = self.sigma
+        if isinstance(s, Real):
+            s = float(s)
+        else:  # per-feature bandwidths: frequency j of k((x - x') / sigma) is w_j / sigma_j
+            s = torch.as_tensor(np.asarray(s, dtype=np.float64), dtype=torch.float64)
+            if s.shape[0] != d:
+                raise ValueError(
+                    f"sigma has {s.shape[0]} per-feature bandwidths but X has {d} features."
+                )
+            s = s.reshape(d, 1)
+        return self._frequencies(Z, s, m, generator)
+
+    def _frequencies(self, Z, s, m, generator):  # (d, m) standard normal -> frequencies
+        raise NotImplementedError
 
     def validate(self):
         try:
@@ -363,6 +433,14 @@ class Gaussian(_DistanceKernel):
     def _width(self):
         return (1, 2)
 
+    def _frequencies(self, Z, s, m, generator):  # spectral measure N(0, sigma^-2 I)
+        return Z / s
+
+    @classmethod
+    def sigma_from_gamma(cls, gamma: float) -> float:
+        """scikit-learn's ``exp(-gamma d^2)``: sigma = 1 / sqrt(2 gamma)."""
+        return 1.0 / math.sqrt(2.0 * gamma)
+
 
 class Laplace(_DistanceKernel):
     """Laplace (exponential) kernel k(x, x') = exp(-||x - x'||_2 / sigma).
@@ -381,6 +459,10 @@ class Laplace(_DistanceKernel):
         if _tracked(D2):  # learned bandwidths: no in-place ops
             return torch.exp(-D2.sqrt())
         return D2.sqrt_().neg_().exp_()
+
+    def _frequencies(self, Z, s, m, generator):  # multivariate Cauchy: z / (sigma |g|)
+        g = torch.randn(m, generator=generator, dtype=torch.float64).abs_().clamp_min_(1e-300)
+        return Z / (s * g)
 
 
 class Matern(_DistanceKernel):
@@ -424,6 +506,11 @@ class Matern(_DistanceKernel):
             poly.add_(D2, alpha=5.0 / 3.0)
         return poly.mul_(D.neg_().exp_())
 
+    def _frequencies(self, Z, s, m, generator):  # multivariate t with 2 nu degrees of freedom
+        nu = float(self.nu)
+        u = 2.0 * _gamma_draws(nu, m, generator)  # chi^2 with 2 nu degrees of freedom
+        return Z * torch.sqrt(2.0 * nu / u.clamp_min(1e-300)) / s
+
 
 class Cauchy(_DistanceKernel):
     """Cauchy kernel k(x, x') = 1 / (1 + ||x - x'||^2 / sigma^2).
@@ -438,6 +525,15 @@ class Cauchy(_DistanceKernel):
 
     def _block(self, P1, P2):
         return self._sq_block(P1, P2).add_(1.0).reciprocal_()
+
+    def _frequencies(self, Z, s, m, generator):  # Gaussian scale mixture z sqrt(2e) / sigma
+        e = -torch.log1p(-torch.rand(m, generator=generator, dtype=torch.float64))  # Exp(1)
+        return Z * torch.sqrt(2.0 * e) / s
+
+    @classmethod
+    def sigma_from_gamma(cls, gamma: float) -> float:
+        """``1 / (1 + gamma d^2)``: sigma = 1 / sqrt(gamma)."""
+        return 1.0 / math.sqrt(gamma)
 
 
 class Linear(Kernel):
@@ -535,6 +631,31 @@ class _Composite(Kernel):
     def extra_memory(self, n1, n2):
         return n1 * n2 + max(k.extra_memory(n1, n2) for k in self._kernels())
 
+    def has_spectral_measure(self) -> bool:
+        return all(k.has_spectral_measure() for k in self._kernels())
+
+    @staticmethod
+    def _mixture_frequencies(parts, d, m, generator):
+        """Frequencies of a sum: a mixture of the parts' measures, weights proportional to
+        their masses; ``parts`` are (columns or None, kernel)."""
+        f64 = torch.float64
+        weights = torch.tensor([k.spectral_mass() for _, k in parts], dtype=f64)
+        pick = torch.multinomial(weights / weights.sum(), m, replacement=True,
+                                 generator=generator)
+        W = torch.zeros(d, m, dtype=f64)
+        for i, (cols, k) in enumerate(parts):
+            mask = pick == i
+            if cols is None:
+                Wi = k.sample_frequencies(d, m, generator)
+                W[:, mask] = Wi[:, mask]
+            else:
+                if max(cols) >= d:
+                    raise ValueError(f"Additive: column {max(cols)} is out of range for X with "
+                                     f"{d} features.")
+                Wi = k.sample_frequencies(len(cols), m, generator)
+                W[torch.tensor(cols)[:, None], mask.nonzero()[:, 0][None, :]] = Wi[:, mask]
+        return W
+
 
 class Sum(_Composite):
     """Sum of two kernels, k(x, x') = k1(x, x') + k2(x, x'); also written ``k1 + k2``.
@@ -569,6 +690,12 @@ class Sum(_Composite):
     def diag(self, X):
         return self.k1.diag(X) + self.k2.diag(X)
 
+    def spectral_mass(self) -> float:
+        return self.k1.spectral_mass() + self.k2.spectral_mass()
+
+    def sample_frequencies(self, d, m, generator):
+        return self._mixture_frequencies([(None, self.k1), (None, self.k2)], d, m, generator)
+
 
 class Product(_Composite):
     """Product of two kernels, k(x, x') = k1(x, x') k2(x, x'); also written ``k1 * k2``.
@@ -597,6 +724,13 @@ class Product(_Composite):
 
     def diag(self, X):
         return self.k1.diag(X) * self.k2.diag(X)
+
+    def spectral_mass(self) -> float:
+        return self.k1.spectral_mass() * self.k2.spectral_mass()
+
+    def sample_frequencies(self, d, m, generator):  # a product's measure is a convolution
+        return (self.k1.sample_frequencies(d, m, generator)
+                + self.k2.sample_frequencies(d, m, generator))
 
 
 class Scaled(_Composite):
@@ -640,6 +774,12 @@ class Scaled(_Composite):
 
     def extra_memory(self, n1, n2):
         return self.kernel.extra_memory(n1, n2)
+
+    def spectral_mass(self) -> float:
+        return float(self.scale) * self.kernel.spectral_mass()
+
+    def sample_frequencies(self, d, m, generator):
+        return self.kernel.sample_frequencies(d, m, generator)
 
 
 class Additive(_Composite):
@@ -712,6 +852,12 @@ class Additive(_Composite):
         return sum(k.diag(X[:, idx.to(X.device)])
                    for idx, k in zip(self._columns(), self._kernels(), strict=True))
 
+    def spectral_mass(self) -> float:
+        return sum(k.spectral_mass() for _, k in self.parts)
+
+    def sample_frequencies(self, d, m, generator):
+        return self._mixture_frequencies([(list(c), k) for c, k in self.parts], d, m, generator)
+
 
 KERNEL_NAMES = {
     "rbf": Gaussian,
@@ -727,14 +873,6 @@ KERNEL_NAMES = {
     "polynomial": Polynomial,
 }
 _NU = {"matern12": 0.5, "matern32": 1.5, "matern52": 2.5}
-
-
-def _sigma_from_gamma(cls, gamma):
-    if cls is Gaussian:
-        return 1.0 / math.sqrt(2.0 * gamma)
-    if cls is Cauchy:
-        return 1.0 / math.sqrt(gamma)
-    return 1.0 / gamma
 
 
 def check_n_features(kernel: Kernel, n_features: int) -> None:
@@ -858,7 +996,7 @@ def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=
     else:
         if sigma is None:
             if gamma is not None:
-                sigma = _sigma_from_gamma(cls, float(gamma))
+                sigma = cls.sigma_from_gamma(float(gamma))
             elif X is not None:
                 sigma = median_heuristic(X)
             else:

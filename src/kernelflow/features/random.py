@@ -29,23 +29,13 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass, field
-from numbers import Real
 
-import numpy as np
 import torch
 
 from kernelflow.kernels import (
-    Additive,
-    Cauchy,
-    Gaussian,
     Kernel,
-    Laplace,
     Linear,
-    Matern,
     Polynomial,
-    Product,
-    Scaled,
-    Sum,
 )
 
 __all__ = [
@@ -132,30 +122,6 @@ def block_seed(seed: int, block_index: int) -> int:
 def block_generator(seed: int, block_index: int) -> torch.Generator:
     """CPU ``torch.Generator`` of block ``block_index`` of stream ``seed`` (:func:`block_seed`)."""
     return torch.Generator(device="cpu").manual_seed(block_seed(seed, block_index))
-
-
-def _gamma(shape: float, n: int, gen: torch.Generator) -> torch.Tensor:
-    # Marsaglia-Tsang (2000) rejection sampler driven by `gen` only (torch's own gamma sampler
-    # ignores generators). The rejection loop consumes draws in a deterministic order.
-    if shape < 1.0:
-        g = _gamma(shape + 1.0, n, gen)
-        u = torch.rand(n, generator=gen, dtype=torch.float64)
-        return g * u.pow(1.0 / shape)
-    d = shape - 1.0 / 3.0
-    c = 1.0 / math.sqrt(9.0 * d)
-    out = torch.empty(n, dtype=torch.float64)
-    todo = torch.arange(n)
-    while todo.numel():
-        k = todo.numel()
-        x = torch.randn(k, generator=gen, dtype=torch.float64)
-        u = torch.rand(k, generator=gen, dtype=torch.float64)
-        v = (1.0 + c * x) ** 3
-        ok = v > 0
-        lv = torch.log(v.clamp_min(1e-300))
-        ok &= torch.log(u) < 0.5 * x * x + d - d * v + d * lv
-        out[todo[ok]] = d * v[ok]
-        todo = todo[~ok]
-    return out
 
 
 # ---- blocks ----------------------------------------------------------------------------------
@@ -263,10 +229,12 @@ def supports_random_features(kernel) -> bool:
     >>> supports_random_features(Gaussian(1.0)), supports_random_features("rbf")
     (True, False)
     """
-    return isinstance(kernel, _SUPPORTED) or _has_spectral_measure(kernel)
+    return isinstance(kernel, _SUPPORTED) or (isinstance(kernel, Kernel)
+                                                and kernel.has_spectral_measure())
 
 
-_SUPPORTED = (Gaussian, Laplace, Matern, Cauchy, Linear, Polynomial, ArcCosine)
+#: kernels with a Maclaurin or arc-cosine map (shift-invariant kernels sample their own measure)
+_SUPPORTED = (Linear, Polynomial, ArcCosine)
 
 
 def _maclaurin_weights(kernel, d):
@@ -282,85 +250,6 @@ def _maclaurin_weights(kernel, d):
     if c < 0:
         raise ValueError("Random Maclaurin features need coef0 >= 0 (a_n >= 0).")
     return [math.comb(p, n) * g**n * c ** (p - n) for n in range(p + 1)]
-
-
-def _has_spectral_measure(kernel) -> bool:
-    """Shift-invariant kernels whose (scaled) spectral measure we sample: the distance kernels,
-    and sums, products, positive scalings and column groups of them."""
-    if isinstance(kernel, Gaussian | Laplace | Matern | Cauchy):
-        return True
-    if isinstance(kernel, Sum | Product | Scaled | Additive):
-        return all(_has_spectral_measure(k) for _, k in kernel._children())
-    return False
-
-
-def _amplitude(kernel) -> float:
-    """k(x, x) of a shift-invariant kernel: the total mass of its spectral measure."""
-    if isinstance(kernel, Scaled):
-        return float(kernel.scale) * _amplitude(kernel.kernel)
-    if isinstance(kernel, Sum):
-        return _amplitude(kernel.k1) + _amplitude(kernel.k2)
-    if isinstance(kernel, Product):
-        return _amplitude(kernel.k1) * _amplitude(kernel.k2)
-    if isinstance(kernel, Additive):
-        return sum(_amplitude(k) for _, k in kernel.parts)
-    return 1.0
-
-
-def _frequencies(kernel, d, m, gen):  # -> (d, m)
-    """m frequencies from the kernel's spectral measure, normalised to a probability.
-
-    Sums (and column groups) are mixtures with weights proportional to the parts' amplitudes,
-    products convolutions (the sum of independent frequencies), per-feature bandwidths divide
-    frequency j by sigma_j.
-    """
-    f64 = torch.float64
-    if isinstance(kernel, Scaled):
-        return _frequencies(kernel.kernel, d, m, gen)
-    if isinstance(kernel, Product):
-        return _frequencies(kernel.k1, d, m, gen) + _frequencies(kernel.k2, d, m, gen)
-    if isinstance(kernel, Sum | Additive):
-        if isinstance(kernel, Sum):
-            parts = [(None, kernel.k1), (None, kernel.k2)]
-        else:
-            parts = [(list(cols), k) for cols, k in kernel.parts]
-        weights = torch.tensor([_amplitude(k) for _, k in parts], dtype=f64)
-        pick = torch.multinomial(weights / weights.sum(), m, replacement=True, generator=gen)
-        W = torch.zeros(d, m, dtype=f64)
-        for i, (cols, k) in enumerate(parts):
-            mask = pick == i
-            if cols is None:
-                Wi = _frequencies(k, d, m, gen)
-                W[:, mask] = Wi[:, mask]
-            else:
-                if max(cols) >= d:
-                    raise ValueError(f"Additive: column {max(cols)} is out of range for X with "
-                                     f"{d} features.")
-                Wi = _frequencies(k, len(cols), m, gen)
-                W[torch.tensor(cols)[:, None], mask.nonzero()[:, 0][None, :]] = Wi[:, mask]
-        return W
-    Z = torch.randn(d, m, generator=gen, dtype=f64)
-    s = kernel.sigma
-    if isinstance(s, Real):
-        s = float(s)
-    else:  # per-feature bandwidths: frequency j of k((x - x') / sigma) is w_j / sigma_j
-        s = torch.as_tensor(np.asarray(s, dtype=np.float64), dtype=f64)
-        if s.shape[0] != d:
-            raise ValueError(
-                f"sigma has {s.shape[0]} per-feature bandwidths but X has {d} features."
-            )
-        s = s.reshape(d, 1)
-    if isinstance(kernel, Gaussian):
-        return Z / s
-    if isinstance(kernel, Laplace):
-        g = torch.randn(m, generator=gen, dtype=f64).abs_().clamp_min_(1e-300)
-        return Z / (s * g)
-    if isinstance(kernel, Matern):
-        nu = float(kernel.nu)
-        u = 2.0 * _gamma(nu, m, gen)  # chi^2 with 2 nu degrees of freedom
-        return Z * torch.sqrt(2.0 * nu / u.clamp_min(1e-300)) / s
-    e = -torch.log1p(-torch.rand(m, generator=gen, dtype=f64))  # Exp(1)
-    return Z * torch.sqrt(2.0 * e) / s
 
 
 def sample_block(kernel, n_input: int, n_features: int, seed: int, block_index: int):
@@ -399,14 +288,14 @@ def sample_block(kernel, n_input: int, n_features: int, seed: int, block_index: 
     gen = block_generator(seed, block_index)
     f64 = torch.float64
     d = int(n_input)
-    if _has_spectral_measure(kernel):
+    if kernel.has_spectral_measure():
         if n_features % 2:
             raise ValueError(
                 f"Stationary kernels use cos/sin pairs: n_features must be even, got {n_features}."
             )
         m = n_features // 2
-        W = _frequencies(kernel, d, m, gen)
-        norm = math.sqrt(_amplitude(kernel)) / math.sqrt(m)
+        W = kernel.sample_frequencies(d, m, gen)
+        norm = math.sqrt(kernel.spectral_mass()) / math.sqrt(m)
         return FeatureBlock(_TRIG, n_features, {"W": W}, norm)
     if isinstance(kernel, ArcCosine):
         W = torch.randn(d, n_features, generator=gen, dtype=f64)
