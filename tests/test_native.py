@@ -158,3 +158,20 @@ def test_tensor_fallback_without_the_extension(monkeypatch):
         early_stopping_path_cv(X, y, [Gaussian(0.5)], folds, backend="native")
     ref = sign_gradient_path(K, y, learning_rate=0.01, max_iter=50)  # tensor loop now
     assert ref.n_iter == 50 and _native.available() is False
+
+
+@pytest.mark.parametrize("method", ["sign", "coordinate"])
+@pytest.mark.parametrize("loss", ["absolute", "huber"])
+def test_robust_validation_losses_in_the_compiled_loops_equal_the_tensor_backend(method, loss):
+    g = torch.Generator().manual_seed(0)
+    X = torch.rand(90, 1, generator=g, dtype=DT) * 6 - 3
+    y = torch.sin(2 * X[:, 0]) + 0.1 * torch.randn(90, generator=g, dtype=DT)
+    y[::9] += 4.0  # gross outliers, some of them in every validation fold
+    folds = [np.arange(f, 90, 5) for f in range(5)]
+    kernels = [Gaussian(s) for s in (0.1, 0.5, 2.0)]
+    fast = early_stopping_path_cv(X, y, kernels, folds, method=method, max_iter=600,
+                                  validation_loss=loss, backend="native")
+    slow = early_stopping_path_cv(X, y, kernels, folds, method=method, max_iter=600,
+                                  validation_loss=loss, backend="torch")
+    assert torch.equal(fast.best_iter, slow.best_iter)
+    torch.testing.assert_close(fast.fold_mse, slow.fold_mse, rtol=1e-9, atol=0)

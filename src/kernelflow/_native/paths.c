@@ -21,6 +21,8 @@
 #define TARGET_CLONES
 #endif
 
+enum { VLOSS_SQUARED = 0, VLOSS_ABSOLUTE = 1, VLOSS_HUBER = 2 };
+
 #define REAL double
 #define SUFFIX f64
 #include "paths_impl.h"
@@ -50,14 +52,16 @@ static int reserve(void **buf, size_t *have, size_t size)
 
 /* P problems. Problem p runs on kernel K[kernel_of[p]] (n x n, symmetric, row-major), targets
  * Y[target_of[p]], training rows train[fold_of[p]] != 0 and validation weights
- * wval[fold_of[p]] (rows with weight 0 are not validation rows). Outputs per problem: the best
+ * wval[fold_of[p]] (rows with weight 0 are not validation rows), scored by the validation loss
+ * vloss (VLOSS_*; Huber's threshold veps[fold_of[p]]). Outputs per problem: the best
  * validation error and its step (1-based; 0 if never finite), the steps run, and (if alpha is
  * not NULL) the final coefficients (P x n). Returns 0, or -1 if memory is missing. */
 #define DEFINE_ENTRY(REAL_T, SFX)                                                             \
     int kf_paths_##SFX(int32_t method, const REAL_T *K, int64_t n, int64_t P,                  \
                        const int64_t *kernel_of, const REAL_T *Y, const int64_t *target_of,    \
                        const uint8_t *train, const double *wval, const int64_t *fold_of,       \
-                       REAL_T eta, int64_t max_iter, int64_t patience, int64_t resync,         \
+                       int32_t vloss, const double *veps, REAL_T eta, int64_t max_iter,        \
+                       int64_t patience, int64_t resync,                                       \
                        double *best, int64_t *best_it, int64_t *n_iter, REAL_T *alpha)         \
     {                                                                                          \
         const int64_t ld_max = 2 * n + 16;                                                     \
@@ -76,6 +80,7 @@ static int reserve(void **buf, size_t *have, size_t size)
             const double *vw = wval + fold_of[p] * n;                                          \
             const REAL_T *Kp = K + kernel_of[p] * n * n;                                       \
             const REAL_T *y = Y + target_of[p] * n;                                            \
+            const double eps = veps ? veps[fold_of[p]] : 0.0;                                  \
             int64_t n_tr = 0, n_val = 0;                                                       \
             for (int64_t i = 0; i < n; ++i)                                                    \
                 if (m[i])                                                                      \
@@ -110,13 +115,13 @@ static int reserve(void **buf, size_t *have, size_t size)
             best[p] = INFINITY;                                                                \
             best_it[p] = 0;                                                                    \
             if (method == METHOD_SIGN)                                                         \
-                n_iter[p] = sign_problem_##SFX(L, ld, yl, n_tr, wv, n_val, eta, max_iter,      \
-                                               patience, resync, count, r, w, sg, sn, coef,    \
-                                               idx, best + p, best_it + p);                    \
+                n_iter[p] = sign_problem_##SFX(L, ld, yl, n_tr, wv, n_val, vloss, eps, eta,    \
+                                               max_iter, patience, resync, count, r, w, sg,    \
+                                               sn, coef, idx, best + p, best_it + p);          \
             else                                                                               \
-                n_iter[p] = coordinate_problem_##SFX(L, ld, n_tr, wv, n_val, eta, max_iter,    \
-                                                     patience, count, r, coef, idx, best + p,  \
-                                                     best_it + p);                             \
+                n_iter[p] = coordinate_problem_##SFX(L, ld, n_tr, wv, n_val, vloss, eps, eta,  \
+                                                     max_iter, patience, count, r, coef, idx,  \
+                                                     best + p, best_it + p);                   \
             if (alpha) {                                                                       \
                 REAL_T *a = alpha + p * n;                                                     \
                 for (int64_t i = 0; i < n; ++i)                                                \

@@ -21,8 +21,9 @@
  * Every max(resync, n_tr) steps r and w are recomputed from c (two dense products, so O(n) per
  * step on average), which bounds the rounding drift of the running sums.
  *
- * After every step the weighted squared error on the validation entries is recorded; the
- * problem stops after `patience` steps without a strict improvement, or after max_iter steps.
+ * After every step the weighted validation error (squared, absolute or Huber with threshold
+ * veps, by vloss) on the validation entries is recorded; the problem stops after `patience`
+ * steps without a strict improvement, or after max_iter steps.
  */
 
 #define CAT_(a, b) a##_##b
@@ -90,22 +91,35 @@ TARGET_CLONES static void CAT(axpy, SUFFIX)(int64_t ld, REAL c, const REAL *rest
         x[j] += c * v[j];
 }
 
-/* Weighted squared error of the validation entries r[n_tr : n_tr + n_val]. */
-static double CAT(val_error, SUFFIX)(const REAL *r, const double *wval, int64_t n_val)
+/* Weighted validation error of the entries r[n_tr : n_tr + n_val]: squared (vloss 0),
+ * absolute (1) or Huber with threshold veps (2), as kernelflow.solvers.losses defines them. */
+static double CAT(val_error, SUFFIX)(const REAL *r, const double *wval, int64_t n_val,
+                                     int32_t vloss, double veps)
 {
     double e = 0.0;
-    for (int64_t v = 0; v < n_val; ++v)
-        e += wval[v] * (double)r[v] * (double)r[v];
+    if (vloss == VLOSS_SQUARED) {
+        for (int64_t v = 0; v < n_val; ++v)
+            e += wval[v] * (double)r[v] * (double)r[v];
+    } else if (vloss == VLOSS_ABSOLUTE) {
+        for (int64_t v = 0; v < n_val; ++v)
+            e += wval[v] * fabs((double)r[v]);
+    } else {
+        for (int64_t v = 0; v < n_val; ++v) {
+            const double a = fabs((double)r[v]);
+            e += wval[v] * (a <= veps ? 0.5 * a * a : veps * (a - 0.5 * veps));
+        }
+    }
     return isfinite(e) ? e : INFINITY;
 }
 
 /* The patience rule after step k; returns 1 when the problem stops there. */
-static int CAT(stops, SUFFIX)(const REAL *r_val, const double *wval, int64_t n_val, int64_t k,
-                              int64_t patience, double *best, int64_t *best_it)
+static int CAT(stops, SUFFIX)(const REAL *r_val, const double *wval, int64_t n_val,
+                              int32_t vloss, double veps, int64_t k, int64_t patience,
+                              double *best, int64_t *best_it)
 {
     if (n_val == 0)
         return 0;
-    const double err = CAT(val_error, SUFFIX)(r_val, wval, n_val);
+    const double err = CAT(val_error, SUFFIX)(r_val, wval, n_val, vloss, veps);
     if (err < *best) {
         *best = err;
         *best_it = k;
@@ -155,6 +169,7 @@ TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *re
  * count holds alpha / eta. */
 static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *y,
                                          int64_t n_tr, const double *wval, int64_t n_val,
+                                         int32_t vloss, double veps,
                                          REAL eta, int64_t max_iter, int64_t patience,
                                          int64_t resync, double *count, REAL *r, REAL *w,
                                          REAL *sign, REAL *sn, REAL *coef, int64_t *idx,
@@ -204,7 +219,7 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
         CAT(axpy, SUFFIX)(ld, -eta, w, r);
         ++k;
         ++since;
-        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, k, patience, best, best_it))
+        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, vloss, veps, k, patience, best, best_it))
             break;
     }
     return k;
@@ -213,7 +228,8 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
 /* Scratch (length ld each): coef (REAL), idx (int64). On entry r = y; on exit count holds
  * alpha / eta. */
 static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_t n_tr,
-                                               const double *wval, int64_t n_val, REAL eta,
+                                               const double *wval, int64_t n_val,
+                                               int32_t vloss, double veps, REAL eta,
                                                int64_t max_iter, int64_t patience,
                                                double *count, REAL *r, REAL *coef,
                                                int64_t *idx, double *best, int64_t *best_it)
@@ -244,7 +260,7 @@ static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_
             count[idx[q]] += coef[q] < 0 ? 1.0 : -1.0;
         CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tie, r);
         ++k;
-        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, k, patience, best, best_it))
+        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, vloss, veps, k, patience, best, best_it))
             break;
     }
     return k;

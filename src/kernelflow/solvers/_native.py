@@ -30,6 +30,8 @@ __all__ = ["available", "run_problems", "status"]
 logger = logging.getLogger("kernelflow")
 
 _METHODS = {"sign": 0, "coordinate": 1}
+#: validation losses of the compiled loops (the VLOSS_* codes of paths.c)
+_VALIDATION_LOSSES = {"squared": 0, "absolute": 1, "huber": 2}
 _I64 = ctypes.POINTER(ctypes.c_int64)
 _F64 = ctypes.POINTER(ctypes.c_double)
 _U8 = ctypes.POINTER(ctypes.c_uint8)
@@ -77,8 +79,8 @@ def _library():
         fn = getattr(lib, f"kf_paths_{suffix}")
         ptr = ctypes.POINTER(real)
         fn.argtypes = [ctypes.c_int32, ptr, ctypes.c_int64, ctypes.c_int64, _I64, ptr, _I64,
-                       _U8, _F64, _I64, real, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                       _F64, _I64, _I64, ptr]
+                       _U8, _F64, _I64, ctypes.c_int32, _F64, real, ctypes.c_int64,
+                       ctypes.c_int64, ctypes.c_int64, _F64, _I64, _I64, ptr]
         fn.restype = ctypes.c_int
     return lib
 
@@ -113,7 +115,8 @@ def _ptr(a: np.ndarray, ctype):
 def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Tensor,
                  wval: torch.Tensor, kernel_of, target_of, fold_of, *, eta: float,
                  max_iter: int, patience: int | None = None, return_alpha: bool = False,
-                 n_threads: int | None = None):
+                 n_threads: int | None = None, validation_loss: str = "squared",
+                 epsilon=None):
     """Run the problems described in the module docstring.
 
     Parameters
@@ -132,6 +135,10 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
     max_iter : int
     patience : int, optional
         Steps without improvement before a problem stops (None: never).
+    validation_loss : {"squared", "absolute", "huber"}, default="squared"
+        The validation error (as :data:`kernelflow.solvers.losses.RESIDUAL_LOSSES` defines it).
+    epsilon : array-like of shape (F,), optional
+        Huber's threshold per fold (required with ``validation_loss="huber"``).
     return_alpha : bool, default=False
         Also return the final coefficients, shape (P, n).
     n_threads : int, optional
@@ -168,6 +175,16 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
     if Kn.shape != (G, n, n) or Yn.shape[1:] != (n,) or Tn.shape[1:] != (n,) \
             or Wn.shape != Tn.shape:
         raise ValueError("inconsistent shapes of K, Y, train and wval.")
+    if validation_loss not in _VALIDATION_LOSSES:
+        raise ValueError(f"validation_loss must be one of {tuple(_VALIDATION_LOSSES)}, got "
+                         f"{validation_loss!r}.")
+    eps = None
+    if validation_loss == "huber":
+        if epsilon is None:
+            raise ValueError("validation_loss='huber' needs epsilon (one threshold per fold).")
+        eps = np.ascontiguousarray(np.asarray(epsilon, dtype=np.float64).reshape(-1))
+        if eps.size != Tn.shape[0] or not bool(np.all(np.isfinite(eps) & (eps > 0))):
+            raise ValueError("epsilon must hold one positive finite threshold per fold.")
     best = np.full(P, np.inf)
     best_it = np.zeros(P, dtype=np.int64)
     n_iter = np.zeros(P, dtype=np.int64)
@@ -180,7 +197,9 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
         return fn(
             _METHODS[method], _ptr(Kn, real), n, hi - lo, _ptr(idx[0][lo:hi], ctypes.c_int64),
             _ptr(Yn, real), _ptr(idx[1][lo:hi], ctypes.c_int64), _ptr(Tn, ctypes.c_uint8),
-            _ptr(Wn, ctypes.c_double), _ptr(idx[2][lo:hi], ctypes.c_int64), real(eta),
+            _ptr(Wn, ctypes.c_double), _ptr(idx[2][lo:hi], ctypes.c_int64),
+            _VALIDATION_LOSSES[validation_loss],
+            None if eps is None else _ptr(eps, ctypes.c_double), real(eta),
             int(max_iter), patience, RESYNC, _ptr(best[lo:hi], ctypes.c_double),
             _ptr(best_it[lo:hi], ctypes.c_int64), _ptr(n_iter[lo:hi], ctypes.c_int64),
             None if alpha is None else _ptr(alpha[lo:], real),

@@ -429,11 +429,11 @@ def early_stopping_path_cv(
         raise ValueError(f"validation_loss must be one of {VALIDATION_LOSSES}, got "
                          f"{validation_loss!r}.")
     native = rule.native is not None and _native.available(rule.native, X)
-    if backend == "native" and not (native and validation_loss == "squared"):
+    if backend == "native" and not native:
         raise ValueError("backend='native' needs method 'sign' or 'coordinate', "
-                         "validation_loss='squared', float32/float64 CPU tensors and the "
-                         "compiled extension kernelflow._paths.")
-    native = native and backend != "torch" and validation_loss == "squared"
+                         "float32/float64 CPU tensors and the compiled extension "
+                         "kernelflow._paths.")
+    native = native and backend != "torch"
     auto_step = isinstance(step_size, str) and step_size == "auto"
     if not auto_step and not (isinstance(step_size, (int, float, np.floating)) and
                               step_size > 0 and math.isfinite(step_size)):
@@ -503,7 +503,8 @@ def early_stopping_path_cv(
                 method, K_all, y.reshape(1, n), train, weights,
                 np.repeat(np.arange(G), F), np.zeros(G * F, dtype=np.int64),
                 np.tile(np.arange(F), G), eta=eta, max_iter=max_iter,
-                patience=n_iter_no_change)
+                patience=n_iter_no_change, validation_loss=validation_loss,
+                epsilon=None if eps is None else eps.cpu().numpy())
             fold_mse[ids_all] = torch.from_numpy(best).reshape(G, F).to(fold_mse)
             best_iter[ids_all] = torch.from_numpy(b_it).reshape(G, F).to(best_iter)
             n_iter[ids_all] = torch.from_numpy(n_it).reshape(G, F).to(n_iter)
