@@ -11,12 +11,8 @@ from kernelflow.datasets._allerbo import kfold_indices, make_robust_sine
 from kernelflow.kernels import Gaussian, Laplace
 from kernelflow.operators import Options
 from kernelflow.solvers import _native
-from kernelflow.solvers.path_cv import (
-    early_stopping_path_cv,
-    fold_masks,
-    krr_grid_cv,
-    penalized_grid_cv,
-)
+from kernelflow.solvers.grid_cv import fold_masks, krr_grid_cv, penalized_grid_cv
+from kernelflow.solvers.path_cv import early_stopping_path_cv
 from kernelflow.solvers.proximal import proximal_gradient
 
 DT = torch.float64

@@ -90,7 +90,7 @@ def distributed_path_cv(X: torch.Tensor, y: torch.Tensor, kernels, folds, **kwar
 
 def distributed_krr_grid_cv(X: torch.Tensor, y: torch.Tensor, kernels, alphas, folds
                             ) -> GridCVResult:
-    """:func:`~kernelflow.solvers.path_cv.krr_grid_cv` with bandwidths spread over processes.
+    """:func:`~kernelflow.solvers.grid_cv.krr_grid_cv` with bandwidths spread over processes.
 
     Examples
     --------
@@ -106,12 +106,11 @@ def distributed_krr_grid_cv(X: torch.Tensor, y: torch.Tensor, kernels, alphas, f
 
 def distributed_penalized_grid_cv(X: torch.Tensor, y: torch.Tensor, kernels, alphas, folds,
                                   **kwargs) -> GridCVResult:
-    """:func:`~kernelflow.solvers.path_cv.penalized_grid_cv` with bandwidths spread over
+    """:func:`~kernelflow.solvers.grid_cv.penalized_grid_cv` with bandwidths spread over
     processes (collective).
 
-    The batched solver stops when every problem of its batch meets the KKT tolerance ``tol``,
-    so with other batch compositions the scores agree with the single-process call to that
-    tolerance rather than bit for bit.
+    Every bandwidth is solved on its own (its folds and penalties as one batch), so the scores
+    equal those of the single-process call up to the rounding of thread-dependent sums.
     """
     return _spread_grid(penalized_grid_cv, X, y, kernels, alphas, folds, **kwargs)
 
@@ -176,7 +175,7 @@ def cv_solver(estimator, solver, X, y, folds):
 
     Examples
     --------
-    >>> from kernelflow.solvers.path_cv import krr_grid_cv
+    >>> from kernelflow.solvers.grid_cv import krr_grid_cv
     >>> from kernelflow.estimators.penalized_cv import PenalizedKernelRegressorCV
     >>> fn, folds = cv_solver(PenalizedKernelRegressorCV(), krr_grid_cv, None, None, [[0], [1]])
     >>> fn is krr_grid_cv

@@ -47,20 +47,15 @@ from ..operators import Options, memory_budget
 from ..utils._progress import progress
 from ..utils.monitor import BatchedEarlyStopping
 from . import _native
-from .direct import krr_spectral, spectrum
+from .grid_cv import fold_masks
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .paths import DivergenceError
 from .paths.rules import as_rule, huber_epsilon
-from .prox import PENALTIES
-from .proximal import fista
 
 __all__ = [
     "PathCVResult",
-    "GridCVResult",
     "fold_masks",
     "early_stopping_path_cv",
-    "krr_grid_cv",
-    "penalized_grid_cv",
     "METHODS",
 ]
 
@@ -101,32 +96,6 @@ class PathCVResult:
     stopping_iter: torch.Tensor
     best_index: int
     step_size: torch.Tensor | None = None
-
-
-@dataclass
-class GridCVResult:
-    """Outcome of a (bandwidth x penalty) grid search: ``cv_mse`` of shape (S, L)."""
-
-    cv_mse: torch.Tensor
-    best_index: tuple[int, int]
-
-
-def fold_masks(folds, n: int, device=None) -> torch.Tensor:
-    """Boolean validation masks (F, n) from a list of validation index arrays.
-
-    Raises ``ValueError`` when a fold is empty, leaves no training row or indexes outside [0, n).
-    """
-    if len(folds) < 2:
-        raise ValueError(f"Need at least 2 folds, got {len(folds)}.")
-    masks = torch.zeros(len(folds), n, dtype=torch.bool, device=device)
-    for f, idx in enumerate(folds):
-        idx = torch.as_tensor(np.asarray(idx), dtype=torch.long, device=device).reshape(-1)
-        if idx.numel() == 0 or idx.min() < 0 or idx.max() >= n:
-            raise ValueError(f"Fold {f} must hold validation indices in [0, {n}), got {idx}.")
-        masks[f, idx] = True
-        if masks[f].all():
-            raise ValueError(f"Fold {f} leaves no training row.")
-    return masks
 
 
 def _kernel_stack(kernels, X: torch.Tensor) -> torch.Tensor:
@@ -531,144 +500,3 @@ def early_stopping_path_cv(
     best_index = int(torch.argmin(cv_mse)) if torch.isfinite(cv_mse).any() else 0
     return PathCVResult(cv_mse, fold_mse, best_iter, n_iter, stopping, best_index,
                         steps.to(X.dtype))
-
-
-def _fold_split(val_mask: torch.Tensor):
-    return [(torch.nonzero(~m).reshape(-1), torch.nonzero(m).reshape(-1)) for m in val_mask]
-
-
-def krr_grid_cv(
-    X: torch.Tensor,  # shape: (n, p)
-    y: torch.Tensor,  # shape: (n,)
-    kernels,  # list of S kernels
-    alphas,  # L penalties
-    folds,
-) -> GridCVResult:
-    """K-fold MSE of kernel ridge regression on a (bandwidth x penalty) grid.
-
-    For each (bandwidth, fold) one eigendecomposition K_tr = U diag(s) U^T gives every penalty:
-    alpha(lambda) = U diag(1/(s + lambda)) U^T y_tr (Eq. 2), scored on the validation rows.
-    Cost O(S F (n^3 + L n^2)).
-
-    Examples
-    --------
-    >>> import torch
-    >>> from kernelflow.kernels import Gaussian
-    >>> X = torch.linspace(0, 6, 30, dtype=torch.float64).reshape(-1, 1)
-    >>> res = krr_grid_cv(X, torch.sin(X[:, 0]), [Gaussian(1.0)], [1e-3, 1e3],
-    ...                   [list(range(i, 30, 3)) for i in range(3)])
-    >>> res.best_index
-    (0, 0)
-    """
-    y = y.reshape(-1).to(X.dtype)
-    val = fold_masks(folds, X.shape[0], X.device)
-    lam = torch.as_tensor(np.asarray(alphas, dtype=float), dtype=X.dtype, device=X.device)
-    if lam.ndim != 1 or lam.numel() == 0 or (lam < 0).any():
-        raise ValueError("alphas must be a non-empty 1-D list of non-negative penalties.")
-    out = torch.zeros(len(kernels), lam.numel(), dtype=X.dtype, device=X.device)
-    splits = _fold_split(val)
-    for si, kern in enumerate(kernels):
-        K = kern(X, X)
-        for tr, va in splits:
-            s, U = spectrum(K[tr][:, tr])
-            C = krr_spectral(s, U, y[tr], lam)  # (L, n_tr)
-            pred = C @ K[va][:, tr].T  # (L, n_va)
-            out[si] += (pred - y[va]).square().mean(1)
-    out /= len(splits)
-    flat = int(torch.argmin(out))
-    return GridCVResult(out, divmod(flat, lam.numel()))
-
-
-class _MaskedMatvec:
-    """K_b a_b for problems b = (bandwidth, fold) sharing one n x n kernel per bandwidth.
-
-    Row b of A lives on all n rows with zeros on the fold's validation rows; the product is
-    masked back to the training rows, so the validation coordinates never move.
-    """
-
-    def __init__(self, K_all, train):
-        self.K_all, self.train, self.F = K_all, train, train.shape[0]
-        self._rows = None
-
-    def __call__(self, A, rows):
-        S = self.K_all.shape[0]
-        if rows.numel() == S * self.F:  # every problem active: plain batched layout
-            P = torch.bmm(A.reshape(S, self.F, -1), self.K_all).mul_(self.train)
-            return P.reshape(A.shape)
-        if self._rows is None or self._rows.numel() != rows.numel():
-            sig, self.fold = rows // self.F, rows % self.F
-            uniq, self.inv = torch.unique(sig, return_inverse=True)
-            self.K = self.K_all[uniq]
-            self._rows = rows
-        Z = torch.zeros(self.K.shape[0], self.F, A.shape[-1], dtype=A.dtype, device=A.device)
-        Z[self.inv, self.fold] = A
-        return torch.bmm(Z, self.K)[self.inv, self.fold] * self.train[self.fold]
-
-
-def penalized_grid_cv(
-    X: torch.Tensor,  # shape: (n, p)
-    y: torch.Tensor,  # shape: (n,)
-    kernels,  # list of S kernels
-    alphas,  # L penalties (paper units)
-    folds,
-    *,
-    penalty: str = "linf",
-    accelerated: bool = True,
-    step_size: float | None = None,
-    max_iter: int = 10_000,
-    tol: float = 1e-6,
-    verbose: int = 0,
-) -> GridCVResult:
-    """K-fold MSE of penalised kernel regression on a (bandwidth x penalty) grid.
-
-    Solves alpha = argmin 1/2 ||y - K alpha||^2_{K^-1} + lambda P(alpha) (Eq. 12/13 of the
-    journal version; P = ||.||_1, ||.||_inf or 1/2 ||.||_2^2) for every (bandwidth, fold) with
-    the batched FISTA of :mod:`.proximal` (run to the KKT tolerance ``tol``), all S x F problems
-    advancing as one batch. Penalties are visited from the largest to the smallest, each
-    warm-started at the previous solutions. ``step_size=None`` uses 1 / s_max(K) of each
-    bandwidth's full kernel (an upper bound for every fold). Cost per iteration O(S F n^2).
-
-    Examples
-    --------
-    >>> import torch
-    >>> from kernelflow.kernels import Gaussian
-    >>> X = torch.linspace(0, 6, 30, dtype=torch.float64).reshape(-1, 1)
-    >>> res = penalized_grid_cv(X, torch.sin(X[:, 0]), [Gaussian(1.0)], [1e-3, 30.0],
-    ...                         [list(range(i, 30, 3)) for i in range(3)])
-    >>> res.best_index
-    (0, 0)
-    """
-    if penalty not in PENALTIES:
-        raise ValueError(f"penalty must be one of {PENALTIES}, got {penalty!r}.")
-    y = y.reshape(-1).to(X.dtype)
-    n = X.shape[0]
-    val = fold_masks(folds, n, X.device)
-    lam = torch.as_tensor(np.asarray(alphas, dtype=float), dtype=X.dtype, device=X.device)
-    if lam.ndim != 1 or lam.numel() == 0 or (lam < 0).any():
-        raise ValueError("alphas must be a non-empty 1-D list of non-negative penalties.")
-    S, F, L = len(kernels), val.shape[0], lam.numel()
-    train = (~val).to(X.dtype)  # (F, n)
-    weights = val.to(X.dtype) / val.sum(1, keepdim=True).to(X.dtype)
-    _group_size(S, n, F, 4, X.dtype, None)
-    K_all = _kernel_stack(kernels, X)  # (S, n, n)
-    if step_size is None:
-        eta = 1.0 / torch.linalg.eigvalsh(K_all)[:, -1].clamp_min(1e-12)
-    else:
-        eta = torch.full((S,), float(step_size), dtype=X.dtype, device=X.device)
-    eta = eta.repeat_interleave(F)  # (S * F,)
-    Y = (y * train).repeat(S, 1)  # (S * F, n)
-    matvec = _MaskedMatvec(K_all, train)
-    out = torch.zeros(S, L, dtype=X.dtype, device=X.device)
-    A = None
-    for li in progress(torch.argsort(lam, descending=True).tolist(),
-                       desc=f"K{penalty}R grid", verbose=verbose):
-        matvec._rows = None
-        A, _, its, ok, _ = fista(matvec, Y, float(lam[li]), penalty, eta, X0=A,
-                                 max_iter=max_iter, tol=tol, accelerated=accelerated)
-        if not bool(ok.all()):
-            logger.debug("K%sR grid: %d problems hit max_iter=%d at lambda=%g", penalty,
-                         int((~ok).sum()), max_iter, float(lam[li]))
-        pred = torch.bmm(A.reshape(S, F, n), K_all)  # K alpha_f on every row
-        out[:, li] = ((pred - y).square() * weights).sum(-1).mean(1)
-    flat = int(torch.argmin(out))
-    return GridCVResult(out, divmod(flat, L))
