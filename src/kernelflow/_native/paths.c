@@ -120,8 +120,7 @@ static int reserve(void **buf, size_t *have, size_t size)
                                                idx, best + p, best_it + p);                    \
             else                                                                               \
                 n_iter[p] = coordinate_problem_##SFX(L, ld, n_tr, wv, n_val, eta, max_iter,    \
-                                                     patience, !(method & FLAG_STEPWISE),      \
-                                                     count, r, w, sg, coef, idx, best + p,     \
+                                                     patience, count, r, coef, idx, best + p,  \
                                                      best_it + p);                             \
             if (alpha) {                                                                       \
                 REAL_T *a = alpha + p * n;                                                     \

@@ -306,81 +306,29 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
     return k;
 }
 
-/* The last state J >= J0 up to which row m stays the unique largest |r + J v| over the training
- * rows with its sign (the step moves only m; r and v as in `coordinate_problem`), or J0 - 1 when
- * that cannot be shown. Each condition is linear in J; a margin of tol times the magnitudes
- * involved covers the rounding of r + J v, so the computed comparisons agree. */
-static int64_t CAT(coordinate_hold, SUFFIX)(int64_t n_tr, const REAL *r, const REAL *v,
-                                            int64_t m, int64_t J0, int64_t J_end)
-{
-    const double tol = sizeof(REAL) == sizeof(double) ? 1e-14 : 1e-5;
-    const double rm = (double)r[m], vm = (double)v[m];
-    const double s = rm + (double)J0 * vm > 0 ? 1.0 : -1.0;
-    const double p = s * rm, q = -s * vm, arm = fabs(rm), avm = fabs(vm);
-    if (!(q > 0) || !isfinite(p) || !isfinite(q))
-        return J0 - 1;
-    double hold = (double)J_end;
-/* every J in [J0, hold] satisfies J * alpha < beta */
-#define KF_BOUND(alpha, beta)                                                                  \
-    do {                                                                                       \
-        const double al_ = (alpha), be_ = (beta);                                              \
-        if (al_ > 0) {                                                                         \
-            const double x_ = ceil(be_ / al_) - 1.0;                                           \
-            hold = x_ < hold ? x_ : hold;                                                      \
-        } else if (!((double)J0 * al_ < be_)) {                                                \
-            hold = (double)J0 - 1.0;                                                           \
-        }                                                                                      \
-    } while (0)
-    KF_BOUND(q + tol * avm, p - tol * arm); /* the moved residual keeps its sign */
-    for (int64_t t = 0; t < n_tr && hold >= (double)J0; ++t) {
-        if (t == m)
-            continue;
-        const double rt = (double)r[t], vt = (double)v[t];
-        const double ea = tol * (fabs(rt) + arm), eb = tol * (fabs(vt) + avm);
-        if (!isfinite(rt) || !isfinite(vt))
-            return J0 - 1;
-        KF_BOUND(vt + q + eb, p - rt - ea); /* r_t + J v_t below the top */
-        KF_BOUND(q - vt + eb, p + rt - ea); /* -(r_t + J v_t) below the top */
-    }
-#undef KF_BOUND
-    return hold < (double)J0 ? J0 - 1 : (int64_t)hold;
-}
-
-/* Scratch (length ld each): v, cur, coef (REAL), idx (int64). On entry r = y; on exit count
- * holds alpha / eta. The residual is kept as an anchor r and its change per step v (the sum of
- * the moved rows times their steps): J steps after the anchor it is r + J v, so steps that move
- * the same rows leave r and v untouched, and with `jump` the loop skips the steps over which
- * the moved row provably stays the unique largest residual, scoring only their validation
- * entries. cur holds the step of each training row in the current move (0: not moved). */
+/* Scratch (length ld each): coef (REAL), idx (int64). On entry r = y; on exit count holds
+ * alpha / eta. */
 static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_t n_tr,
                                                const double *wval, int64_t n_val, REAL eta,
-                                               int64_t max_iter, int64_t patience, int jump,
-                                               double *count, REAL *r, REAL *v, REAL *cur,
-                                               REAL *coef, int64_t *idx, double *best,
-                                               int64_t *best_it)
+                                               int64_t max_iter, int64_t patience,
+                                               double *count, REAL *r, REAL *coef,
+                                               int64_t *idx, double *best, int64_t *best_it)
 {
-    int64_t k = 0, ka = 0, n_cur = 0;
-    for (int64_t t = 0; t < n_tr; ++t) {
+    int64_t k = 0;
+    for (int64_t t = 0; t < n_tr; ++t)
         count[t] = 0;
-        cur[t] = 0;
-    }
-    for (int64_t j = 0; j < ld; ++j)
-        v[j] = 0;
     while (k < max_iter) {
-        const REAL J = (REAL)(k - ka);
         REAL top = 0;
         for (int64_t t = 0; t < n_tr; ++t) {
-            const REAL f = r[t] + J * v[t];
-            const REAL a = f < 0 ? -f : f;
+            const REAL a = r[t] < 0 ? -r[t] : r[t];
             top = a > top ? a : top;
         }
         int64_t n_tie = 0;
         if (top > 0) {
             for (int64_t t = 0; t < n_tr; ++t) {
-                const REAL f = r[t] + J * v[t];
-                if ((f < 0 ? -f : f) == top) {
+                if ((r[t] < 0 ? -r[t] : r[t]) == top) {
                     idx[n_tie] = t;
-                    coef[n_tie++] = f > 0 ? -eta : eta; /* r moves against the step */
+                    coef[n_tie++] = r[t] > 0 ? -eta : eta; /* r moves against the step */
                 }
             }
         } else if (n_val == 0) {
@@ -388,49 +336,12 @@ static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_
                       steps, as the patience rule does) */
         }
         /* every tied row moves by its residual's sign from before the step */
-        int same = n_tie == n_cur;
-        for (int64_t q = 0; q < n_tie; ++q) {
+        for (int64_t q = 0; q < n_tie; ++q)
             count[idx[q]] += coef[q] < 0 ? 1.0 : -1.0;
-            same = same && cur[idx[q]] == coef[q];
-        }
-        if (!same) { /* a new anchor and a new change per step */
-            for (int64_t j = 0; j < ld; ++j)
-                r[j] = r[j] + J * v[j];
-            ka = k;
-            for (int64_t t = 0; t < n_tr; ++t)
-                cur[t] = 0;
-            for (int64_t q = 0; q < n_tie; ++q)
-                cur[idx[q]] = coef[q];
-            n_cur = n_tie;
-            for (int64_t j = 0; j < ld; ++j)
-                v[j] = 0;
-            CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tie, v);
-        }
+        CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tie, r);
         ++k;
-        if (CAT(stops, SUFFIX)(r + n_tr, v + n_tr, -(REAL)(k - ka), wval, n_val, k, patience,
-                               best, best_it))
+        if (CAT(stops, SUFFIX)(r + n_tr, NULL, 0, wval, n_val, k, patience, best, best_it))
             break;
-        if (jump && same && n_tie == 1) { /* the states over which the same row moves alone */
-            const int64_t J0 = k - ka;
-            const int64_t hold = CAT(coordinate_hold, SUFFIX)(n_tr, r, v, idx[0], J0,
-                                                              J0 + (max_iter - k) - 1);
-            const int64_t mm = hold - J0 + 1;
-            int64_t done = 0, stop = 0;
-            if (n_val == 0) {
-                done = mm > 0 ? mm : 0;
-                k += done;
-            } else {
-                while (done < mm && !stop) {
-                    ++done;
-                    ++k;
-                    stop = CAT(stops, SUFFIX)(r + n_tr, v + n_tr, -(REAL)(k - ka), wval, n_val,
-                                              k, patience, best, best_it);
-                }
-            }
-            count[idx[0]] += (double)done * (coef[0] < 0 ? 1.0 : -1.0);
-            if (stop)
-                break;
-        }
     }
     return k;
 }

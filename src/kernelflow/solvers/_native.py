@@ -8,11 +8,9 @@ without a C compiler still succeeds). Without it, or with the environment variab
 ``K[kernel_of[p]]``, targets ``Y[target_of[p]]`` and the rows ``train[fold_of[p]]``, takes
 sign-descent or coordinate-descent steps of size eta, and after every step scores the weighted
 squared error on the rows with ``wval[fold_of[p]] > 0``, stopping after ``patience`` steps
-without a strict improvement (the rule of :mod:`.path_cv`) or after ``max_iter`` steps. A step
-that changes the moved set costs O(n) plus O(n) per flipped sign (sign descent) or per moved
-coefficient (coordinate descent); a dense product is used when more signs flip than are
-non-zero. Runs of steps that provably change nothing (no sign change; the same coordinate the
-unique largest residual) are skipped, scoring only their validation rows.
+without a strict improvement (the rule of :mod:`.path_cv`) or after ``max_iter`` steps. Each step
+costs O(n) plus O(n) per flipped sign (sign descent) or per moved coefficient (coordinate
+descent); a dense product is used when more signs flip than are non-zero.
 """
 
 from __future__ import annotations
@@ -140,9 +138,8 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
         Threads over problems (default ``torch.get_num_threads()``, and one thread when the
         estimated work, P n min(max_iter, 20 patience), is below ``SMALL_WORK``).
     _stepwise : bool, default=False
-        Visit every step instead of skipping the runs of steps without a sign change (sign
-        descent) or over which the same coordinate stays the unique largest residual
-        (coordinate descent); the same results, kept to check the skipping loops against.
+        Sign descent: visit every step instead of skipping the runs of steps without a sign
+        change (the same results; kept to check the skipping loop against).
 
     Returns
     -------
