@@ -1,8 +1,8 @@
-"""Skipping sign / coordinate descent equals the step-by-step loop.
+"""Skipping sign descent equals the step-by-step loop.
 
-Between two sign changes of the training residual (sign descent), or while the moved coordinate
-stays the unique largest residual (coordinate descent), the compiled loops skip the steps they
-can prove unchanged and score only the validation rows of those steps. These tests run both loops
+Between two sign changes of the training residual the compiled sign descent loop skips the
+steps it can prove unchanged and scores only the validation rows of those steps (coordinate
+descent is run through the same checks: it visits every step either way). These tests run both loops
 (``_stepwise=True`` forces one visit per step) on random problems with wide and narrow
 bandwidths, ties, exact zeros, float32 and float64, and check the best step, the step count and
 the coefficients; and against a direct NumPy loop on generic problems.
