@@ -10,6 +10,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* The skipping loops decide a sign change by the same expression as the step-by-step loops:
+   no fused multiply-add may change one of them and not the other. */
+#pragma GCC optimize("fp-contract=off")
+
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -35,7 +39,7 @@ enum { VLOSS_SQUARED = 0, VLOSS_ABSOLUTE = 1, VLOSS_HUBER = 2 };
 #undef REAL
 #undef SUFFIX
 
-enum { METHOD_SIGN = 0, METHOD_COORDINATE = 1 };
+enum { METHOD_SIGN = 0, METHOD_COORDINATE = 1, FLAG_STEPWISE = 2 };
 
 /* Grows *buf to hold `size` bytes; returns 0 on failure. */
 static int reserve(void **buf, size_t *have, size_t size)
@@ -114,10 +118,11 @@ static int reserve(void **buf, size_t *have, size_t size)
                 r[c] = yl[c];                                                                  \
             best[p] = INFINITY;                                                                \
             best_it[p] = 0;                                                                    \
-            if (method == METHOD_SIGN)                                                         \
+            if ((method & 1) == METHOD_SIGN)                                                   \
                 n_iter[p] = sign_problem_##SFX(L, ld, yl, n_tr, wv, n_val, vloss, eps, eta,    \
-                                               max_iter, patience, resync, count, r, w, sg,    \
-                                               sn, coef, idx, best + p, best_it + p);          \
+                                               max_iter, patience, resync,                     \
+                                               !(method & FLAG_STEPWISE), count, r, w, sg, sn, \
+                                               coef, idx, best + p, best_it + p);              \
             else                                                                               \
                 n_iter[p] = coordinate_problem_##SFX(L, ld, n_tr, wv, n_val, vloss, eps, eta,  \
                                                      max_iter, patience, count, r, coef, idx,  \

@@ -15,11 +15,16 @@
  * all the rows, in order, uses K itself. Every update of r or of w = K s is then a sum of a
  * few rows of L, computed by `add_rows` with a block of r (or w) held in registers.
  *
- * Sign descent keeps w = L^T s for the current signs s and r -= eta w. A flipped sign changes w
- * by the change of sign times one row; when more signs flip than are non-zero, w is summed from
- * scratch. alpha = eta * c with c the running sum of the signs (integers, exact in double).
- * Every max(resync, n_tr) steps r and w are recomputed from c (two dense products, so O(n) per
- * step on average), which bounds the rounding drift of the running sums.
+ * Sign descent keeps the residual as an anchor r and its change per step c = eta L^T s for the
+ * current signs s: J steps after the anchor the residual is r - J c. A step whose signs do not
+ * change touches neither; a flipped sign moves the anchor to the current residual and changes c
+ * by eta times the change of sign times one row (when more signs flip than are non-zero, c is
+ * summed from scratch). alpha = eta * count with count the running sum of the signs (integers,
+ * exact in double). Every max(resync, n_tr) steps r and c are recomputed from count (two dense
+ * products, so O(n) per step on average), which bounds the rounding drift of the running sums.
+ * After a step without a sign change the loop finds, from the crossings r_t / c_t checked with
+ * the same expression, the next step at which a sign changes, and skips the steps before it,
+ * scoring only their validation entries: the same results as visiting every step.
  *
  * After every step the weighted validation error (squared, absolute or Huber with threshold
  * veps, by vloss) on the validation entries is recorded; the problem stops after `patience`
@@ -29,6 +34,10 @@
 #define CAT_(a, b) a##_##b
 #define CAT(a, b) CAT_(a, b)
 
+/* The sums of rows may fuse multiplies and adds (everything else is compiled without: see
+ * paths.c). */
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=fast")
 /* x[0:ld] += sum_q coef[q] * L[row[q], 0:ld] (rows of L are ld apart). A block of x is held in
  * vector registers while all rows are added to it (GCC vector extensions; 64-byte vectors are
  * split by the compiler where the target has narrower ones). */
@@ -91,35 +100,36 @@ TARGET_CLONES static void CAT(axpy, SUFFIX)(int64_t ld, REAL c, const REAL *rest
         x[j] += c * v[j];
 }
 
-/* Weighted validation error of the entries r[n_tr : n_tr + n_val]: squared (vloss 0),
- * absolute (1) or Huber with threshold veps (2), as kernelflow.solvers.losses defines them. */
-static double CAT(val_error, SUFFIX)(const REAL *r, const double *wval, int64_t n_val,
-                                     int32_t vloss, double veps)
+#pragma GCC pop_options
+
+/* Weighted validation error of the validation entries of r - J c (the residual J steps after
+ * the anchor r, each step moving it by -c; c NULL: r itself): squared (vloss 0), absolute (1)
+ * or Huber with threshold veps (2), as kernelflow.solvers.losses defines them. */
+static double CAT(val_error, SUFFIX)(const REAL *r, const REAL *c, REAL J, const double *wval,
+                                     int64_t n_val, int32_t vloss, double veps)
 {
     double e = 0.0;
-    if (vloss == VLOSS_SQUARED) {
-        for (int64_t v = 0; v < n_val; ++v)
-            e += wval[v] * (double)r[v] * (double)r[v];
-    } else if (vloss == VLOSS_ABSOLUTE) {
-        for (int64_t v = 0; v < n_val; ++v)
-            e += wval[v] * fabs((double)r[v]);
-    } else {
-        for (int64_t v = 0; v < n_val; ++v) {
-            const double a = fabs((double)r[v]);
+    for (int64_t v = 0; v < n_val; ++v) {
+        const REAL d = c ? r[v] - J * c[v] : r[v];
+        const double a = fabs((double)d);
+        if (vloss == VLOSS_SQUARED)
+            e += wval[v] * a * a;
+        else if (vloss == VLOSS_ABSOLUTE)
+            e += wval[v] * a;
+        else
             e += wval[v] * (a <= veps ? 0.5 * a * a : veps * (a - 0.5 * veps));
-        }
     }
     return isfinite(e) ? e : INFINITY;
 }
 
 /* The patience rule after step k; returns 1 when the problem stops there. */
-static int CAT(stops, SUFFIX)(const REAL *r_val, const double *wval, int64_t n_val,
-                              int32_t vloss, double veps, int64_t k, int64_t patience,
-                              double *best, int64_t *best_it)
+static int CAT(stops, SUFFIX)(const REAL *r_val, const REAL *c_val, REAL J, const double *wval,
+                              int64_t n_val, int32_t vloss, double veps, int64_t k,
+                              int64_t patience, double *best, int64_t *best_it)
 {
     if (n_val == 0)
         return 0;
-    const double err = CAT(val_error, SUFFIX)(r_val, wval, n_val, vloss, veps);
+    const double err = CAT(val_error, SUFFIX)(r_val, c_val, J, wval, n_val, vloss, veps);
     if (err < *best) {
         *best = err;
         *best_it = k;
@@ -143,10 +153,12 @@ static void CAT(residual, SUFFIX)(const REAL *L, int64_t ld, const REAL *y, int6
     CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, r);
 }
 
-/* New signs of r[0:n_tr] into sn, their changes from sign into d, and the running sums of the
- * signs (the coefficients in units of eta) into count; returns the number of changes and
- * stores the number of non-zero signs in *n_nonzero. Branch-free, so it vectorises. */
+/* New signs of r[0:n_tr] - J c[0:n_tr] into sn, their changes from sign into d, and the running
+ * sums of the signs (the coefficients in units of eta) into count; returns the number of
+ * changes and stores the number of non-zero signs in *n_nonzero. Branch-free, so it
+ * vectorises. */
 TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *restrict r,
+                                                    const REAL *restrict c, REAL J,
                                                     const REAL *restrict sign,
                                                     REAL *restrict sn, REAL *restrict d,
                                                     double *restrict count,
@@ -154,7 +166,8 @@ TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *re
 {
     int64_t flips = 0, nonzero = 0;
     for (int64_t t = 0; t < n_tr; ++t) {
-        const REAL s = (REAL)(r[t] > 0) - (REAL)(r[t] < 0);
+        const REAL v = r[t] - J * c[t];
+        const REAL s = (REAL)(v > 0) - (REAL)(v < 0);
         sn[t] = s;
         d[t] = s - sign[t];
         count[t] += (double)s;
@@ -165,17 +178,55 @@ TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *re
     return flips;
 }
 
-/* Scratch (length ld each): w, sign, sn, coef (REAL); idx (int64). On entry r = y; on exit
- * count holds alpha / eta. */
+/* The first J in [J0, J_end) at which the sign of some r[t] - J c[t] (t < n_tr) differs from
+ * sign[t], or J_end when none does. Exact: the residual J steps after the anchor is computed by
+ * the same expression as in `new_signs`, and it is monotone in J (rounding is monotone), so the
+ * analytic crossing r / c only narrows the search; the expression decides. */
+static int64_t CAT(next_flip, SUFFIX)(int64_t n_tr, const REAL *r, const REAL *c,
+                                      const REAL *sign, int64_t J0, int64_t J_end)
+{
+    const double tol = sizeof(REAL) == sizeof(double) ? 1e-14 : 1e-5;
+    int64_t next = J_end;
+    for (int64_t t = 0; t < n_tr && next > J0; ++t) {
+        const REAL s = sign[t], ct = c[t], rt = r[t];
+        if (s == 0) {
+            if (ct != 0 || !(rt == 0))
+                next = J0; /* leaves zero at once (or cannot be told apart): no skip */
+            continue;
+        }
+        if (!(s * ct > 0)) {
+            if (s * ct == 0 || s * ct < 0)
+                continue; /* constant or moving away from zero: never flips */
+            next = J0; /* not a number */
+            continue;
+        }
+        /* all J <= cross (1 - tol) - 1 keep the sign (the product J c stays below |r|) */
+        const double cross = (double)rt / (double)ct;
+        const double safe = cross * (1.0 - tol) - 1.0;
+        if (safe >= (double)(next - 1))
+            continue;
+        int64_t J = safe > (double)J0 ? (int64_t)safe : J0;
+        while (J < next && s * (rt - (REAL)J * ct) > 0)
+            ++J;
+        next = J;
+    }
+    return next;
+}
+
+/* Scratch (length ld each): c, sign, sn, coef (REAL); idx (int64). On entry r = y; on exit
+ * count holds alpha / eta. The residual is kept as an anchor r and a per-step change c =
+ * eta K sign: J steps after the anchor it is r - J c, so steps without a sign change leave r and w
+ * untouched, and with `jump` the loop skips from one sign change (or patience checkpoint) to
+ * the next, scoring only the validation entries of the skipped steps. */
 static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *y,
                                          int64_t n_tr, const double *wval, int64_t n_val,
                                          int32_t vloss, double veps,
                                          REAL eta, int64_t max_iter, int64_t patience,
-                                         int64_t resync, double *count, REAL *r, REAL *w,
-                                         REAL *sign, REAL *sn, REAL *coef, int64_t *idx,
-                                         double *best, int64_t *best_it)
+                                         int64_t resync, int jump, double *count, REAL *r,
+                                         REAL *c, REAL *sign, REAL *sn, REAL *coef,
+                                         int64_t *idx, double *best, int64_t *best_it)
 {
-    int64_t k = 0, since = 0;
+    int64_t k = 0, since = 0, ka = 0;
     /* a recomputation costs two dense products: at most one per n_tr steps keeps it O(n) per
        step on average */
     const int64_t period = resync > n_tr ? resync : n_tr;
@@ -184,43 +235,82 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
         sign[t] = 0;
     }
     for (int64_t j = 0; j < ld; ++j)
-        w[j] = 0;
+        c[j] = 0;
     while (k < max_iter) {
         if (since == period) { /* recompute r from the coefficients; w from scratch below */
             CAT(residual, SUFFIX)(L, ld, y, n_tr, count, eta, idx, coef, r);
+            ka = k;
             for (int64_t t = 0; t < n_tr; ++t)
                 sign[t] = 0;
             for (int64_t j = 0; j < ld; ++j)
-                w[j] = 0;
+                c[j] = 0;
             since = 0;
         }
+        const REAL J = (REAL)(k - ka);
         int64_t n_nonzero;
-        const int64_t n_flip = CAT(new_signs, SUFFIX)(n_tr, r, sign, sn, coef, count,
+        const int64_t n_flip = CAT(new_signs, SUFFIX)(n_tr, r, c, J, sign, sn, coef, count,
                                                       &n_nonzero);
+        if (n_flip > 0) { /* a new anchor: the residual now */
+            for (int64_t j = 0; j < ld; ++j)
+                r[j] = r[j] - J * c[j];
+            ka = k;
+        }
         if (n_flip > 0 && n_flip < n_nonzero) {
-            /* each flip moves w = K sign by the change of sign times a row of L */
+            /* each flip moves c = eta K sign by eta times the change of sign times a row of L */
             int64_t m = 0;
             for (int64_t t = 0; t < n_tr; ++t) {
+                const REAL d = coef[t];
                 idx[m] = t;
-                coef[m] = coef[t];
-                m += coef[t] != 0;
+                coef[m] = eta * d;
+                m += d != 0;
             }
-            CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, w);
-        } else if (n_flip > 0) { /* cheaper from scratch: w = sum of all signed rows */
-            for (int64_t t = 0; t < n_tr; ++t)
+            CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, c);
+        } else if (n_flip > 0) { /* cheaper from scratch: c = eta * sum of all signed rows */
+            for (int64_t t = 0; t < n_tr; ++t) {
                 idx[t] = t;
+                coef[t] = eta * sn[t];
+            }
             for (int64_t j = 0; j < ld; ++j)
-                w[j] = 0;
-            CAT(add_rows, SUFFIX)(L, ld, idx, sn, n_tr, w);
+                c[j] = 0;
+            CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tr, c);
         }
         REAL *tmp = sign; /* the new signs become the current ones */
         sign = sn;
         sn = tmp;
-        CAT(axpy, SUFFIX)(ld, -eta, w, r);
         ++k;
         ++since;
-        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, vloss, veps, k, patience, best, best_it))
+        if (CAT(stops, SUFFIX)(r + n_tr, c + n_tr, (REAL)(k - ka), wval, n_val, vloss, veps, k,
+                               patience, best, best_it))
             break;
+        if (jump && n_flip == 0) {
+            /* the steps before the next sign change or recomputation have no flip (tried only
+               after a step without one: where signs flip at every step, the search would not
+               pay) */
+            int64_t limit = max_iter - k;
+            limit = limit < period - since ? limit : period - since;
+            const int64_t J_next = CAT(next_flip, SUFFIX)(n_tr, r, c, sign, k - ka,
+                                                          k - ka + limit);
+            int64_t done = 0, stop = 0;
+            const int64_t m = J_next - (k - ka);
+            if (n_val == 0) { /* nothing to score per step */
+                done = m;
+                k += m;
+                since += m;
+            } else {
+                while (done < m && !stop) {
+                    ++done;
+                    ++k;
+                    ++since;
+                    stop = CAT(stops, SUFFIX)(r + n_tr, c + n_tr, (REAL)(k - ka), wval,
+                                              n_val, vloss, veps, k, patience, best, best_it);
+                }
+            }
+            if (done > 0)
+                for (int64_t t = 0; t < n_tr; ++t)
+                    count[t] += (double)done * (double)sign[t];
+            if (stop)
+                break;
+        }
     }
     return k;
 }
@@ -260,7 +350,8 @@ static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_
             count[idx[q]] += coef[q] < 0 ? 1.0 : -1.0;
         CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tie, r);
         ++k;
-        if (CAT(stops, SUFFIX)(r + n_tr, wval, n_val, vloss, veps, k, patience, best, best_it))
+        if (CAT(stops, SUFFIX)(r + n_tr, NULL, 0, wval, n_val, vloss, veps, k, patience, best,
+                               best_it))
             break;
     }
     return k;

@@ -116,7 +116,7 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
                  wval: torch.Tensor, kernel_of, target_of, fold_of, *, eta: float,
                  max_iter: int, patience: int | None = None, return_alpha: bool = False,
                  n_threads: int | None = None, validation_loss: str = "squared",
-                 epsilon=None):
+                 epsilon=None, _stepwise: bool = False):
     """Run the problems described in the module docstring.
 
     Parameters
@@ -144,6 +144,9 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
     n_threads : int, optional
         Threads over problems (default ``torch.get_num_threads()``, and one thread when the
         estimated work, P n min(max_iter, 20 patience), is below ``SMALL_WORK``).
+    _stepwise : bool, default=False
+        Sign descent: visit every step instead of skipping the runs of steps without a sign
+        change (the same results; kept to check the skipping loop against).
 
     Returns
     -------
@@ -191,11 +194,13 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
     alpha = np.zeros((P, n), dtype=np_dtype) if return_alpha else None
     patience = int(max_iter) + 1 if patience is None else int(patience)
 
+    code = _METHODS[method] | (2 if _stepwise else 0)
+
     def run(lo: int, hi: int) -> int:
         if hi <= lo:
             return 0
         return fn(
-            _METHODS[method], _ptr(Kn, real), n, hi - lo, _ptr(idx[0][lo:hi], ctypes.c_int64),
+            code, _ptr(Kn, real), n, hi - lo, _ptr(idx[0][lo:hi], ctypes.c_int64),
             _ptr(Yn, real), _ptr(idx[1][lo:hi], ctypes.c_int64), _ptr(Tn, ctypes.c_uint8),
             _ptr(Wn, ctypes.c_double), _ptr(idx[2][lo:hi], ctypes.c_int64),
             _VALIDATION_LOSSES[validation_loss],

@@ -21,6 +21,7 @@ eigendecomposition, ``alpha_k = U diag((1 - (1 - eta s)^k) / s) U^T y``.
 
 from __future__ import annotations
 
+from .. import _native
 from ._common import (
     EXACT_EIGENVALUE_MAX_N,
     SPECTRAL_MAX_N,
@@ -75,5 +76,5 @@ __all__ = [
     "coordinate_descent_path",
 ]
 
-_ = (Callback, EXACT_EIGENVALUE_MAX_N, SPECTRAL_MAX_N, _Matrix, _check_eta, _native_path, _out,
-     _prepare)  # re-exported for the modules built on the paths
+_ = (_native, Callback, EXACT_EIGENVALUE_MAX_N, SPECTRAL_MAX_N, _Matrix, _check_eta,
+     _native_path, _out, _prepare)  # re-exported for the modules built on the paths
