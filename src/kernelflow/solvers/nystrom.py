@@ -431,7 +431,7 @@ DEFAULT_TOL = {torch.float64: 1e-3, torch.float32: 1e-3}
 
 #: The cost model of ``solver="auto"``, in units of one memory-bound multiply-add over a stored
 #: K_nM entry (a CG pass over a stored K_nM costs 2 n M of them). Measured on a 2-core machine with
-#: one thread (``python benchmarks/nystrom_vs_falkon.py --crossover``, n = 20 000, d = 9):
+#: one thread (``python benchmarks/nystrom_vs_falkon.py --crossover``; n = 20 000, d = 9):
 #: a dense product (GEMM) runs ``_GEMM_SPEEDUP`` times faster per flop (14.5 at M = 1000 and 17 at
 #: M = 2000 with K_nM stored); recomputing one kernel entry in a streamed pass costs
 #: ``_KERNEL_COST[dtype]`` units (streamed passes took 4-6x a stored pass in float64, 2.5x in
