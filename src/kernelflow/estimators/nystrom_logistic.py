@@ -160,7 +160,8 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
             warnings.warn(
                 f"Newton's method did not reach tol={self.tol} within max_iter={self.max_iter} "
                 f"steps (relative gradient norm "
-                f"{sol.gradient_norms[-1] / max(sol.gradient_norms[0], 1e-300):.2e}).",
+                f"{sol.gradient_norms[-1] / max(sol.gradient_norms[0], 1e-300):.2e}). "
+                f"Increase max_iter or cg_max_iter, loosen tol, or use a larger alpha.",
                 ConvergenceWarning, stacklevel=2)
         self.centers_ = C
         self.dual_coef_ = sol.coef

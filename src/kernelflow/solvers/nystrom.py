@@ -429,29 +429,43 @@ def nystrom_direct(source: DataSource, kernel: Kernel, centers: torch.Tensor, al
 #: Default stopping tolerance by precision of the kernel products (see :func:`nystrom_krr`).
 DEFAULT_TOL = {torch.float64: 1e-3, torch.float32: 1e-3}
 
-#: How many times faster a dense product (GEMM) runs per flop than the memory-bound products of a
-#: CG pass over a stored K_nM, and the iterations a default CG run takes: the cost model of
-#: ``solver="auto"`` (calibrated with ``benchmarks/nystrom_vs_falkon.py --quick``: at n = 20 000
-#: the two solvers took the same time at M = 1000 with K_nM stored).
-_GEMM_SPEEDUP = 12.0
+#: The cost model of ``solver="auto"``, in units of one memory-bound multiply-add over a stored
+#: K_nM entry (a CG pass over a stored K_nM costs 2 n M of them). Measured on a 2-core machine with
+#: one thread (``python benchmarks/nystrom_vs_falkon.py --crossover``; n = 20 000, d = 9):
+#: a dense product (GEMM) runs ``_GEMM_SPEEDUP`` times faster per flop (14.5 at M = 1000 and 17 at
+#: M = 2000 with K_nM stored); recomputing one kernel entry in a streamed pass costs
+#: ``_KERNEL_COST[dtype]`` units (streamed passes took 4-6x a stored pass in float64, 2.5x in
+#: float32); a default CG run takes about ``_EXPECTED_ITERS`` passes (33-55 measured).
+_GEMM_SPEEDUP = 14.0
 _EXPECTED_ITERS = 40
+_KERNEL_COST = {torch.float64: 8.0, torch.float32: 3.0}
 
 
-def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool) -> str:
+def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool,
+                  dtype: torch.dtype = _F64) -> str:
     """``"direct"`` when one n M^2 pass plus O(M^3) is cheaper than the CG passes, else ``"cg"``.
 
-    With K_nM stored a CG pass is two memory-bound products (2 n M slow flops); streamed, it also
-    recomputes every kernel entry (n M (d + 20) flops, the exponential counted as 20).
+    Costs in units of one memory-bound product over a stored kernel entry:
+
+    * direct: ``(n M^2 + 6 M^3) / g`` (one Gram product and the dense factorisations at GEMM
+      speed ``g``), plus two kernel passes ``2 n M k`` when K_nM is streamed;
+    * CG: ``I n M (2 + k)`` for ``I`` passes of two products, ``k = 0`` when K_nM is stored,
+
+    where ``k = n_features / g + _KERNEL_COST[dtype]`` is the cost of recomputing one kernel entry.
+    The direct solve is exact; CG stops at the tolerance.
 
     Examples
     --------
     >>> choose_solver(100_000, 200, 9, stored=True), choose_solver(100_000, 5000, 9, stored=True)
     ('direct', 'cg')
+    >>> choose_solver(20_000, 1000, 9, stored=False)
+    'direct'
     """
     n, M = float(n), float(n_centers)
-    direct = (n * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP
-    per_pass = 2.0 * n * M if stored else n * M * (n_features + 22.0) / _GEMM_SPEEDUP
-    return "direct" if direct <= _EXPECTED_ITERS * per_pass else "cg"
+    k = 0.0 if stored else n_features / _GEMM_SPEEDUP + _KERNEL_COST.get(dtype, 8.0)
+    direct = (n * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP + 2.0 * n * M * k
+    cg = _EXPECTED_ITERS * n * M * (2.0 + k)
+    return "direct" if direct <= cg else "cg"
 
 
 def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
@@ -627,7 +641,7 @@ def nystrom_krr(
                                      block_size=block_size, fraction=frac)
     if solver == "auto":
         solver = "cg" if (validation is not None or callback is not None) else choose_solver(
-            n_rows, M, source.n_features, stored=isinstance(cache, list))
+            n_rows, M, source.n_features, stored=isinstance(cache, list), dtype=dtype)
     if cache is not None and validation is not None:
         val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
                                          options=options, block_size=block_size,

@@ -1,0 +1,77 @@
+"""Non-convergence is never silent: every Nyström code path warns and reports it."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.exceptions import ConvergenceWarning
+
+from kernelflow.estimators.nystrom_logistic import NystromKernelLogisticRegression
+from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+from kernelflow.kernels import Gaussian
+from kernelflow.operators import Options
+from kernelflow.solvers import nystrom as nys
+from kernelflow.sources import ArraySource
+
+
+def _data(n=800, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-3, 3, size=(n, 3))
+    return X, np.sin(X[:, 0]) + X[:, 1] * X[:, 2] / 3 + 0.1 * rng.randn(n)
+
+
+@pytest.mark.parametrize("store", [True, None, False])
+def test_solver_reports_max_iter_on_every_cache_mode(store):
+    # stored, partly stored (a budget for a few row blocks) and streamed K_nM
+    X, y = _data()
+    Xt, src = torch.as_tensor(X), ArraySource(torch.as_tensor(X), torch.as_tensor(y))
+    opts = Options(memory_budget=200_000) if store is None else None
+    sol = nys.nystrom_krr(src, Gaussian(1.5), Xt[:100], 1e-6, max_iter=3, store_kernel=store,
+                          solver="cg", options=opts, block_size=100)
+    assert not sol.converged and sol.stop_reason == "max_iter" and sol.n_iter == 3
+    assert sol.residual == pytest.approx(sol.residual_norms[-1]) and sol.residual > sol.tolerance
+
+
+def test_streamed_estimator_warns_with_residual_and_remedy(monkeypatch):
+    seen = []
+    real = nys.nystrom_kernel_cache
+
+    def no_room(*args, **kwargs):  # as if K_nM did not fit: every pass recomputes it
+        seen.append(True)
+        return None
+
+    monkeypatch.setattr(nys, "nystrom_kernel_cache", no_room)
+    X, y = _data()
+    with pytest.warns(ConvergenceWarning,
+                      match=r"relative residual \d\.\d+e[-+]\d+ above tol.*Increase max_iter"):
+        m = NystromKernelRidge(n_components=100, alpha=1e-6, sigma=1.5, max_iter=3, solver="cg",
+                               random_state=0).fit(X, y)
+    assert seen and m.converged_ is False and m.n_iter_ == 3 and m.residual_ > 1e-3
+    monkeypatch.setattr(nys, "nystrom_kernel_cache", real)
+
+
+def test_float32_estimator_warns_when_cut_short():
+    X, y = _data()
+    with pytest.warns(ConvergenceWarning, match="max_iter=2"):
+        m = NystromKernelRidge(n_components=100, alpha=1e-6, sigma=1.5, max_iter=2, solver="cg",
+                               random_state=0).fit(X.astype(np.float32), y.astype(np.float32))
+    assert m.converged_ is False
+
+
+def test_converged_fit_is_quiet_and_says_so():
+    import warnings
+
+    X, y = _data()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        m = NystromKernelRidge(n_components=100, alpha=1e-3, sigma=1.5, solver="cg",
+                               random_state=0).fit(X, y)
+    assert m.converged_ is True and m.solver_ == "cg" and m.n_iter_ < m.max_iter
+
+
+def test_logistic_warns_with_gradient_norm_and_remedy():
+    X, y = _data(400)
+    labels = (y > 0).astype(int)
+    with pytest.warns(ConvergenceWarning, match=r"gradient norm .*Increase max_iter"):
+        m = NystromKernelLogisticRegression(n_components=50, alpha=1e-8, max_iter=1,
+                                            random_state=0).fit(X, labels)
+    assert m.converged_ is False
