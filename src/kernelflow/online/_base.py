@@ -246,10 +246,9 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
     # The arithmetic is that of ``fit``: ``_begin``/``_end`` on the same float64 row.
     def _one_round(self, row: np.ndarray, y: float | None) -> float:
         if not self._single_thread_rounds:
-            yhat = self._begin(row) if y is not None else float(self._predict_rows(row[None])[0])
-            if y is not None:
-                self._end(y)
-            return yhat
+            if y is None:
+                return float(self._predict_rows(row[None])[0])
+            return self._learn_row(row, y)
         if _updates._BLAS_LIBS is None:
             single_thread_blas()  # builds the controller once
         libs: Any = _updates._BLAS_LIBS.lib_controllers if _updates._BLAS_LIBS else ()

@@ -170,6 +170,7 @@ class PKAWVTaylor(OnlineRegressorBase):
         self._awv = RecursiveAWV(r, float(self.alpha))
 
     def _begin(self, x):
+        # updates _awv in place: not for the all-or-nothing methods (learn_one uses _learn_row)
         x = self._shift(x)
         if self.feature_mode == "ordered":
             v = _ordered_features(x[None], float(self.sigma), int(self.degree))[0]
