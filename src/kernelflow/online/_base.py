@@ -32,6 +32,7 @@ from ..utils._finite import (
     check_bandwidth,
     check_finite_output,
     check_magnitude,
+    magnitude_limit,
 )
 from ..utils._validation import check_X, check_X_y, to_output
 from . import _updates
@@ -97,6 +98,13 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
 
     def _predict_rows(self, X: np.ndarray) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _learn_row(self, x: np.ndarray, y: float) -> float:
+        """One whole round for ``learn_one``: ``_begin`` then ``_end`` (a learner may play it
+        into new state objects committed by assignment, see ``PKAWVTaylor``)."""
+        yhat = self._begin(x)
+        self._end(y)
+        return yhat
 
     # ---- helpers ------------------------------------------------------------------------------
     def _make_kernel(self) -> Kernel:
@@ -238,10 +246,9 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
     # The arithmetic is that of ``fit``: ``_begin``/``_end`` on the same float64 row.
     def _one_round(self, row: np.ndarray, y: float | None) -> float:
         if not self._single_thread_rounds:
-            yhat = self._begin(row) if y is not None else float(self._predict_rows(row[None])[0])
-            if y is not None:
-                self._end(y)
-            return yhat
+            if y is None:
+                return float(self._predict_rows(row[None])[0])
+            return self._learn_row(row, y)
         if _updates._BLAS_LIBS is None:
             single_thread_blas()  # builds the controller once
         libs: Any = _updates._BLAS_LIBS.lib_controllers if _updates._BLAS_LIBS else ()
@@ -252,9 +259,7 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
         try:
             if y is None:
                 return float(self._predict_rows(row[None])[0])
-            yhat = self._begin(row)
-            self._end(y)
-            return yhat
+            return self._learn_row(row, y)
         finally:
             for lib, k in zip(libs, previous):
                 if k != 1:
@@ -274,10 +279,12 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
             row = np.array([float(x[k]) for k in keys], dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"x has a non-numeric value: {exc}") from None
-        if not np.isfinite(row).all():
-            bad = [k for k, v in zip(keys, row) if not math.isfinite(v)]
-            raise ValueError(f"x contains NaN or infinity in feature(s) {bad[:5]}")
-        check_magnitude("x", row, axis_count=row.shape[0])
+        # fast path: the sum of |x_j| bounds every |x_j| and carries NaN and infinity
+        if not sum(map(abs, row.tolist())) <= magnitude_limit(np.float64, row.shape[0]):
+            if not np.isfinite(row).all():
+                bad = [k for k, v in zip(keys, row) if not math.isfinite(v)]
+                raise ValueError(f"x contains NaN or infinity in feature(s) {bad[:5]}")
+            check_magnitude("x", row, axis_count=row.shape[0])
         return row
 
     def learn_one(self, x: dict, y: float) -> None:

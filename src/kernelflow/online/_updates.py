@@ -64,6 +64,9 @@ def single_thread_blas():
 
 #: one spare A⁻¹ buffer per RecursiveAWV for its per-round snapshots (dropped with the instance)
 _SPARE_BUFFERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: the A⁻¹ buffer of the state a RecursiveAWV replaced in :meth:`RecursiveAWV.step`, reused by its
+#: next step (dropped with the instance)
+_ROUND_SPARES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class RecursiveAWV:
@@ -110,6 +113,51 @@ class RecursiveAWV:
             new._pending = tuple(p.copy() if isinstance(p, np.ndarray) else p
                                  for p in self._pending)
         return new
+
+    def copy(self) -> RecursiveAWV:
+        """An independent copy (fresh arrays) of the state."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.A_inv = self.A_inv.copy(order="F")
+        new.b, new.w = self.b.copy(), self.w.copy()
+        if self._pending is not None:
+            new._pending = tuple(p.copy() if isinstance(p, np.ndarray) else p
+                                 for p in self._pending)
+        return new
+
+    def step(self, v: np.ndarray, y: float, awv: bool) -> tuple[float, RecursiveAWV]:
+        """One whole round (:meth:`begin` then :meth:`end`) into a new state; ``self`` unchanged.
+
+        The arithmetic is that of ``begin``/``end`` (bit for bit). The new ``A⁻¹`` is written
+        into a spare buffer: the ``A⁻¹`` of the state this one replaced, free once the caller
+        has committed ``self`` (a state that is replaced is never used again). Committing is
+        then one attribute assignment, so a round interrupted at any point leaves the owner's
+        state untouched, with no copy of the whole state per round.
+        """
+        if self._pending is not None:
+            raise RuntimeError("step() called between begin() and end()")
+        A = self.A_inv
+        u = _dsymv(1.0, A, v)
+        q = float(v @ u)
+        if not q >= 0.0:  # NaN or a matrix that lost positive definiteness
+            raise DivergenceError(f"A⁻¹ is no longer positive definite (q = {q!r})")
+        den = 1.0 + q
+        yk = float(v @ self.w)
+        spare = _ROUND_SPARES.pop(self, None)  # taken: a second step from self allocates anew
+        if spare is None or spare.shape != A.shape or spare is A:
+            spare = np.empty_like(A, order="F")
+        np.copyto(spare, A)
+        A_new = _dsyr(-1.0 / den, u, a=spare, overwrite_a=1)
+        w = self.w - u * (yk / den)
+        b = self.b + y * v
+        w += u * (y / den)
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.A_inv, new.b, new.w, new.count = A_new, b, w, self.count + 1
+        if new.count % new.refresh == 0:
+            new.w = _dsymv(1.0, A_new, b)
+        _ROUND_SPARES[new] = A
+        return (yk / den if awv else yk), new
 
     def begin(self, v: np.ndarray, awv: bool) -> float:
         """Put ``v`` into A and return the prediction (AWV or KRR); label still unknown."""

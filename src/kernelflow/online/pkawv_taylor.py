@@ -90,7 +90,11 @@ class PKAWVTaylor(OnlineRegressorBase):
     """
 
     #: created by the first round, then only read (see ``kernelflow.utils._atomic``)
-    _atomic_shared = ("feature_keys_", "_map", "multi_indices_", "center_", "feature_names_in_")
+    #: ``_awv`` too: every call replaces it by a new state object rather than updating it in
+    #: place (``learn_one`` through ``RecursiveAWV.step``, the chunked rounds on a copy), so a
+    #: ``learn_one`` round needs no copy of the r x r state to be all-or-nothing
+    _atomic_shared = ("feature_keys_", "_map", "multi_indices_", "center_", "feature_names_in_",
+                      "_awv")
 
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="neither")],
@@ -166,6 +170,7 @@ class PKAWVTaylor(OnlineRegressorBase):
         self._awv = RecursiveAWV(r, float(self.alpha))
 
     def _begin(self, x):
+        # updates _awv in place: not for the all-or-nothing methods (learn_one uses _learn_row)
         x = self._shift(x)
         if self.feature_mode == "ordered":
             v = _ordered_features(x[None], float(self.sigma), int(self.degree))[0]
@@ -181,9 +186,22 @@ class PKAWVTaylor(OnlineRegressorBase):
         # rounds in blocks (RecursiveAWV.run_blocked: the same predictions as _begin/_end, each
         # from the earlier labels only; level-3 BLAS instead of two level-2 calls per round)
         V = self._features(X)
+        state = self._awv.copy()  # _awv is replaced, never updated in place (_atomic_shared)
         with single_thread_blas():
-            self._awv.run_blocked(V, y, self.awv, preds, clock)
+            state.run_blocked(V, y, self.awv, preds, clock)
+        self._awv = state
         self.n_rounds_ += X.shape[0]
+
+    def _learn_row(self, x, y):
+        # the round is played into a new state object and committed by one assignment: an
+        # interruption or a refusal before it leaves the current state untouched
+        x = self._shift(x)
+        if self.feature_mode == "ordered":
+            v = _ordered_features(x[None], float(self.sigma), int(self.degree))[0]
+        else:
+            v = self._map.row(x)
+        yhat, self._awv = self._awv.step(v, y, self.awv)
+        return yhat
 
     def _predict_rows(self, X):
         return self._awv.predict_batch(self._features(X), self.awv)
