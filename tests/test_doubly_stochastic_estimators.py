@@ -222,3 +222,23 @@ def test_novelty_detector_flags_far_points():
     assert abs(np.mean(det.predict(X) == -1) - 0.1) < 0.06
     assert (det.predict(rng.randn(50, 2) * 0.3 + 8.0) == -1).all()
     np.testing.assert_allclose(det.decision_function(X), det.score_samples(X) - det.offset_)
+
+
+def test_validation_rows_follow_the_one_holdout_rule():
+    from kernelflow.utils.holdout import holdout_indices
+
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, (90, 2))
+    y = np.sin(X[:, 0])
+    est = DoublyStochasticRegressor(early_stopping=True, validation_fraction=0.1, max_iter=3,
+                                    block_size=16, random_state=4).fit(X, y)
+    _, val = holdout_indices(torch.as_tensor(X), 0.1, random_state=4)
+    np.testing.assert_array_equal(est.validation_indices_, val)
+    assert len(val) == 9  # ceil(0.1 * 90)
+    # the split is by content: permuting the rows permutes the held-out positions
+    perm = rng.permutation(90)
+    est2 = DoublyStochasticRegressor(early_stopping=True, validation_fraction=0.1, max_iter=1,
+                                     block_size=16, random_state=4).fit(X[perm], y[perm])
+    np.testing.assert_array_equal(np.sort(perm[est2.validation_indices_]), val)
+    assert DoublyStochasticRegressor(max_iter=1, block_size=16).fit(X, y).validation_indices_ \
+        is None

@@ -34,9 +34,10 @@ import torch.distributed as dist
 from sklearn.utils import check_random_state
 
 from ..collectives import all_reduce_sum, is_distributed, rank, world_size
+from ..solvers.doubly_stochastic import batch_pass
 from ..sources import ArraySource, DataSource
-from ..utils._progress import progress
 from ..utils._validation import check_X_y
+from ..utils.holdout import holdout_indices, holdout_stream_mask, resolve_seed
 from . import auto
 from .auto import collective_errors, shared_seed
 from .sharding import ShardSource, check_consistent
@@ -224,57 +225,43 @@ def global_batch_fit(est, shard: ShardSource, Xt, Y, swt, *, resume: bool,
     # the feature stream must be the same everywhere
     check_consistent("random_state (the feature-stream seeds drawn from it)",
                      seed=float(est.seed_))
-    n, off, n_loc = shard.n_samples, shard.offset, shard.n_local
+    n, off = shard.n_samples, shard.offset
     bs = int(getattr(est, "batch_size_", est.batch_size))
     if partial:
-        loss = _global_pass(model, Xt, Y, swt, np.arange(n), bs, off, n_loc)
-        est.loss_curve_.append(loss)
+        est.loss_curve_.append(float(batch_pass(model, Xt, Y, swt, np.arange(n), bs,
+                                                offset=off)))
         est._store_state()
         return est
-    train = np.arange(n)
-    Xv = Yv = swv = None
+    train, val = np.arange(n), None
     if est.early_stopping:
-        n_val = max(1, int(round(est.validation_fraction * n)))
-        if n - n_val < 1:
-            raise ValueError("validation_fraction leaves no training rows.")
-        perm = rng.permutation(n)
-        val, train = perm[:n_val], perm[n_val:]
-        lv = _local(val, off, n_loc)
-        Xv, Yv = Xt[lv], Y[lv]
-        swv = None if swt is None else swt[lv]
-    best, no_improve = np.inf, 0
-    est.n_iter_ = 0
-    for _epoch in progress(range(est.max_iter), total=est.max_iter, desc=type(est).__name__,
-                           verbose=est.verbose if rank() == 0 else 0):
-        order = train[rng.permutation(len(train))] if est.shuffle else train
-        train_loss = _global_pass(model, Xt, Y, swt, order, bs, off, n_loc)
-        est.n_iter_ += 1
-        score = est._validation_loss(model, Xv, Yv, swv) if est.early_stopping else train_loss
-        est.loss_curve_.append(train_loss)
-        if est.tol is not None:
-            no_improve = no_improve + 1 if score > best - est.tol else 0
-            best = min(best, score)
-            if no_improve >= est.n_iter_no_change:
-                break
-    est._store_state()
+        train, val = _holdout(est, shard, Xt, swt, random_state)
+    est._epochs(model, Xt, Y, swt, train, val, rng, offset=off,
+                verbose=est.verbose if rank() == 0 else 0)
     all_reduce_sum(torch.zeros(1))  # every process has finished before anyone returns
     return est
 
 
-def _global_pass(model, Xt, Y, swt, order, bs, off, n_loc) -> float:
-    """One pass of mini-batches of ``bs`` global rows in ``order``; mean progressive loss."""
-    total = torch.zeros(2, dtype=torch.float64)
-    for i in range(0, len(order), bs):
-        loc = _local(order[i:i + bs], off, n_loc)
-        w = None if swt is None else swt[loc]
-        val_loss = model.step(Xt[loc], Y[loc], w)
-        size = len(order[i:i + bs])
-        total += torch.tensor([val_loss * size, size], dtype=torch.float64)
-    return float(total[0] / max(float(total[1]), 1.0))
+def _holdout(est, shard: ShardSource, Xt, swt, seed_source) -> tuple[np.ndarray, np.ndarray]:
+    """Global (train, validation) positions by row content; the same on every process.
 
-
-def _local(global_idx: np.ndarray, offset: int, n_local: int) -> torch.Tensor:
-    """Local row numbers of the global rows this process holds, in the given order."""
-    g = np.asarray(global_idx)
-    keep = (g >= offset) & (g < offset + n_local)
-    return torch.from_numpy(g[keep] - offset)
+    Rows that can be gathered (:func:`~kernelflow.distributed.auto.gather_all_rows`) are split
+    by :func:`~kernelflow.utils.holdout.holdout_indices`, as a single-process fit on the
+    concatenated rows is; beyond, each process marks its rows by
+    :func:`~kernelflow.utils.holdout.holdout_stream_mask` and one all-reduce of an (n,) mask
+    tells every process the global split.
+    """
+    seed = resolve_seed(seed_source)
+    fraction = float(est.validation_fraction)
+    gathered = auto.gather_all_rows(shard, Xt, swt)
+    if gathered is not None:
+        train, val = holdout_indices(gathered[0], fraction, seed, sample_weight=gathered[1])
+    else:
+        local = holdout_stream_mask(Xt, fraction, seed)
+        mask = torch.zeros(shard.n_samples, dtype=torch.float64)
+        mask[shard.offset:shard.offset + shard.n_local] = torch.from_numpy(
+            local.astype(np.float64))
+        mask = all_reduce_sum(mask).numpy() > 0.5
+        val, train = np.flatnonzero(mask), np.flatnonzero(~mask)
+    if len(val) == 0 or len(train) == 0:
+        raise ValueError("validation_fraction leaves no training or no validation rows.")
+    return train, val

@@ -23,10 +23,16 @@ from ..collectives import all_reduce_sum, local_only
 from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..features.random import supports_random_features
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
-from ..solvers.doubly_stochastic import DoublyStochasticModel, StepSchedule
+from ..solvers.doubly_stochastic import (
+    DoublyStochasticModel,
+    StepSchedule,
+    batch_pass,
+    run_epochs,
+)
 from ..utils._atomic import AtomicFitMixin
 from ..utils._progress import progress
 from ..utils._validation import check_X
+from ..utils.holdout import holdout_indices
 
 logger = logging.getLogger(__name__)
 
@@ -176,17 +182,6 @@ class DoublyStochasticMixin(AtomicFitMixin):
         return state
 
     # ---- training loops -----------------------------------------------------------------------
-    def _run_batches(self, model, X, Y, sw, order):
-        losses = []
-        bs = self.batch_size_
-        for i in range(0, len(order), bs):
-            idx = order[i : i + bs]
-            w = None if sw is None else sw[idx]
-            val = model.step(X[idx], Y[idx], w)
-            losses.append((val, len(idx)))
-        tot = sum(n for _, n in losses)
-        return sum(v * n for v, n in losses) / max(tot, 1)
-
     def _validation_loss(self, model, X, Y, sw):
         if X.shape[0] == 0:  # a data-parallel process holding no validation row
             s = all_reduce_sum(torch.zeros(2, dtype=model.dtype, device=X.device))
@@ -228,39 +223,38 @@ class DoublyStochasticMixin(AtomicFitMixin):
             self._init_state(X)
             model = self._model
         rng = check_random_state(self.random_state)
-        n = X.shape[0]
-        Xv = Yv = swv = None
+        train, val = np.arange(X.shape[0]), None
         if self.early_stopping:
-            n_val = max(1, int(round(self.validation_fraction * n)))
-            if n - n_val < 1:
-                raise ValueError("validation_fraction leaves no training rows.")
-            perm = torch.as_tensor(rng.permutation(n))
-            val, tr = perm[:n_val], perm[n_val:]
-            Xv, Yv = X[val], Y[val]
-            swv = None if sw is None else sw[val]
-            X, Y = X[tr], Y[tr]
-            sw = None if sw is None else sw[tr]
-            n = X.shape[0]
-        best, no_improve = np.inf, 0
-        self.n_iter_ = 0
-        for _epoch in progress(range(self.max_iter), total=self.max_iter,
-                               desc=type(self).__name__, verbose=self.verbose):
-            order = torch.as_tensor(rng.permutation(n)) if self.shuffle else torch.arange(n)
-            train_loss = self._run_batches(model, X, Y, sw, order)
-            self.n_iter_ += 1
-            score = self._validation_loss(model, Xv, Yv, swv) if self.early_stopping else \
-                train_loss
+            # the one holdout rule (kernelflow.utils.holdout): rows chosen by their content
+            train, val = holdout_indices(X, self.validation_fraction, self.random_state,
+                                         sample_weight=sw)
+            if len(train) == 0 or len(val) == 0:
+                raise ValueError("validation_fraction leaves no training or no validation rows.")
+        return self._epochs(model, X, Y, sw, train, val, rng)
+
+    def _epochs(self, model, X, Y, sw, train, val, rng, *, offset=0, verbose=None):
+        """Epochs of the solver over the global rows ``train``; ``val`` the global validation
+        rows (None: none); this process holds rows ``offset`` to ``offset + len(X)``."""
+        self.validation_indices_ = val
+        validation_loss = None
+        if val is not None:
+            lv = _local_rows(val, offset, X.shape[0])
+            Xv, Yv, swv = X[lv], Y[lv], None if sw is None else sw[lv]
+
+            def validation_loss():
+                return self._validation_loss(model, Xv, Yv, swv)
+
+        def log(train_loss, score):
             self.loss_curve_.append(float(train_loss))
-            logger.debug("epoch %d: train loss %.6g, monitored %.6g", self.n_iter_, train_loss,
-                         score)
-            if self.tol is not None:
-                if score > best - self.tol:
-                    no_improve += 1
-                else:
-                    no_improve = 0
-                best = min(best, score)
-                if no_improve >= self.n_iter_no_change:
-                    break
+            logger.debug("epoch %d: train loss %.6g, monitored %.6g", len(self.loss_curve_),
+                         train_loss, score)
+
+        epochs = progress(range(self.max_iter), total=self.max_iter, desc=type(self).__name__,
+                          verbose=self.verbose if verbose is None else verbose)
+        self.n_iter_, _, _ = run_epochs(
+            model, X, Y, sw, train, batch_size=int(self.batch_size_), epochs=epochs, rng=rng,
+            shuffle=self.shuffle, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
+            validation_loss=validation_loss, offset=offset, on_epoch=log)
         self._store_state()
         return self
 
@@ -279,7 +273,7 @@ class DoublyStochasticMixin(AtomicFitMixin):
                 f"y has {Y.shape[1]} target column(s), the model was started with "
                 f"{model.n_outputs}."
             )
-        loss = self._run_batches(model, X, Y, sw, torch.arange(X.shape[0]))
+        loss = batch_pass(model, X, Y, sw, np.arange(X.shape[0]), int(self.batch_size_))
         self.loss_curve_.append(float(loss))
         self._store_state()
         return self
@@ -292,3 +286,10 @@ class DoublyStochasticMixin(AtomicFitMixin):
         model = self._get_model()
         F = model.decision_function(Xt, averaged=bool(self.average))
         return F.to(torch.float64) if kind == "numpy" else F, kind
+
+
+def _local_rows(global_idx, offset: int, n_local: int) -> torch.Tensor:
+    """Local row numbers of the global rows this process holds, in the given order."""
+    g = np.asarray(global_idx)
+    keep = (g >= offset) & (g < offset + n_local)
+    return torch.from_numpy(g[keep] - offset)

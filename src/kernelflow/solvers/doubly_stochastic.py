@@ -28,11 +28,13 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
 import torch
 
 from ..collectives import all_reduce_sum
 from ..features.random import FeatureBlock, concat_blocks, sample_block
 from ..utils._finite import DivergenceError
+from ..utils.monitor import EarlyStopping
 from .losses import Loss, SquaredLoss, get_loss
 
 logger = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ __all__ = [
     "DoublyStochasticModel",
     "iterate_weights",
     "gp_posterior",
+    "batch_pass",
+    "run_epochs",
 ]
 
 _WORK_ELEMENTS = 1 << 23  # feature-matrix elements per chunk in prediction (64 MiB in float64)
@@ -511,3 +515,65 @@ def gp_posterior(kernel, X, y, X_star, *, noise_variance, n_iter=200, batch_size
     mean = F[:, 0]
     var = kernel.diag(X_star) - F[:, 1:].diagonal()
     return mean, var
+
+
+# ---- epochs: one loop for local rows and for a process's shard of the rows ----------------------
+def batch_pass(model: DoublyStochasticModel, X, Y, sample_weight, order, batch_size: int, *,
+               offset: int = 0) -> float:
+    """One pass of mini-batches of ``batch_size`` rows of the data set in ``order``.
+
+    ``order`` holds global row positions (numpy ints); this process holds rows ``offset`` to
+    ``offset + len(X)`` (all rows on one process: ``offset=0``) and contributes those of every
+    batch, and :meth:`DoublyStochasticModel.step` all-reduces the batch sums, so processes given
+    the same ``order`` take the same steps. Returns the mean progressive loss.
+    """
+    order = np.asarray(order)
+    n_local = X.shape[0]
+    total, count = 0.0, 0
+    for i in range(0, len(order), batch_size):
+        g = order[i:i + batch_size]
+        keep = (g >= offset) & (g < offset + n_local)
+        loc = torch.from_numpy(g[keep] - offset)
+        w = None if sample_weight is None else sample_weight[loc]
+        total += model.step(X[loc], Y[loc], w) * len(g)
+        count += len(g)
+    return total / max(count, 1)
+
+
+def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batch_size: int,
+               epochs, rng: np.random.RandomState, shuffle: bool = True, tol=None,
+               n_iter_no_change: int = 5, validation_loss=None, offset: int = 0,
+               on_epoch=None):
+    """Epochs of (shuffled) mini-batches over the rows ``train`` (global positions, numpy).
+
+    ``epochs`` is an iterable of epoch numbers (for example a progress bar over
+    ``range(max_iter)``). After each epoch the monitored loss is ``validation_loss()`` when
+    given, else the epoch's training loss; with ``tol`` not None an
+    :class:`~kernelflow.utils.monitor.EarlyStopping` stops after ``n_iter_no_change`` epochs
+    without an improvement by ``tol``. ``on_epoch(training_loss, monitored_loss)`` sees every
+    epoch. Returns ``(n_epochs, training_losses, monitor)``.
+
+    Examples
+    --------
+    >>> from kernelflow.kernels import Gaussian
+    >>> X = torch.linspace(-2, 2, 64, dtype=torch.float64)[:, None]
+    >>> model = DoublyStochasticModel(Gaussian(0.5), 1, 1, block_size=32, seed=0, alpha=1e-6)
+    >>> n, losses, _ = run_epochs(model, X, torch.sin(X), None, np.arange(64), batch_size=16,
+    ...                           epochs=range(5), rng=np.random.RandomState(0))
+    >>> n, bool(losses[-1] < losses[0])
+    (5, True)
+    """
+    train = np.asarray(train)
+    stop = None if tol is None else EarlyStopping(n_iter_no_change=n_iter_no_change,
+                                                  tol=float(tol))
+    losses: list[float] = []
+    for epoch in epochs:
+        order = train[rng.permutation(len(train))] if shuffle else train
+        loss = float(batch_pass(model, X, Y, sample_weight, order, batch_size, offset=offset))
+        losses.append(loss)
+        score = validation_loss() if validation_loss is not None else loss
+        if on_epoch is not None:
+            on_epoch(loss, score)
+        if stop is not None and stop.update(epoch, score):
+            break
+    return len(losses), losses, stop
