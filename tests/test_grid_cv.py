@@ -147,3 +147,52 @@ def test_published_solver_matches_reference_loop(penalty):
             mse = np.mean((k(X[va], X[tr]).numpy() @ a - y[va].numpy()) ** 2)
             assert abs(float(res.fold_mse[0, f, li]) - mse) < 1e-10
             assert int(res.n_iter[0, f, li]) == steps
+
+
+@pytest.mark.parametrize("case", ["plain", "weighted_intercept_two_targets", "unequal_folds"])
+def test_krr_tridiagonal_path_equals_eigendecomposition(case):
+    from kernelflow.solvers import grid_cv
+
+    rng = np.random.default_rng(3)
+    n, t = (37, 2) if case != "plain" else (40, 1)
+    X = torch.tensor(rng.uniform(-5, 5, (n, 1)))
+    Y = torch.tensor(rng.standard_normal((n, t)))
+    sw = torch.tensor(rng.uniform(0.2, 2.0, n)) if case != "plain" else None
+    k = 4 if case != "unequal_folds" else 3
+    folds = np.array_split(rng.permutation(n), k) if case != "plain" else \
+        [np.arange(i, n, k) for i in range(k)]
+    val = grid_cv.fold_masks(folds, n)
+    trains = [torch.nonzero(~m).reshape(-1) for m in val]
+    vals = [torch.nonzero(m).reshape(-1) for m in val]
+    groups = [list(range(k))] if len({int(t_.numel()) for t_ in trains}) == 1 \
+        else [[f] for f in range(k)]
+    kernels = [Gaussian(float(s)) for s in (0.05, 0.7, 3.0, 50.0)]
+    lam = torch.tensor(np.geomspace(1e-5, 10, 7))
+    fast = torch.zeros(4, k, 7, dtype=torch.float64)
+    ref = torch.zeros_like(fast)
+    assert grid_cv._krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw,
+                                           case != "plain", fast)
+    grid_cv._krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, case != "plain", ref)
+    torch.testing.assert_close(fast, ref, rtol=1e-7, atol=1e-10)
+    # a zero penalty (minimum-norm interpolation) is left to the eigendecomposition
+    zero = torch.zeros_like(fast)
+    assert not grid_cv._krr_scores_tridiagonal(X, Y, kernels, torch.tensor([0.0, 1.0]).double(),
+                                               groups, trains, vals, sw, False, zero)
+
+
+@pytest.mark.parametrize("penalty", ["linf", "l1"])
+def test_published_grid_all_bandwidths_equal_one_at_a_time(penalty):
+    rng = np.random.default_rng(4)
+    n = 30
+    X = torch.tensor(rng.uniform(-3, 3, (n, 1)))
+    y = torch.tensor(np.sin(X[:, 0].numpy()) + 0.1 * rng.standard_normal(n))
+    folds = [np.arange(i, n, 3) for i in range(3)]
+    kernels = [Gaussian(s) for s in (0.3, 1.0, 4.0)]
+    lams = [0.5, 5.0, 50.0]
+    together = penalized_grid_cv(X, y, kernels, lams, folds, penalty=penalty,
+                                 solver="published", max_iter=300)
+    for i, kern in enumerate(kernels):
+        alone = penalized_grid_cv(X, y, [kern], lams, folds, penalty=penalty,
+                                  solver="published", max_iter=300)
+        torch.testing.assert_close(together.fold_mse[i], alone.fold_mse[0], rtol=0, atol=1e-10)
+        assert torch.equal(together.n_iter[i], alone.n_iter[0])

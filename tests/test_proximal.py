@@ -226,3 +226,17 @@ def test_divergence_and_bad_input():
         proximal_gradient(K, torch.full_like(y, float("nan")), 1.0)
     with pytest.warns(Warning, match="KKT tolerance"):
         proximal_gradient(K, y, 1e-4, penalty="linf", max_iter=3, polish=False)
+
+
+@pytest.mark.parametrize("penalty", ["linf", "l1", "l2"])
+def test_batched_prox_equals_per_row_prox(penalty):
+    rng = np.random.default_rng(7)
+    V = torch.tensor(rng.standard_normal((12, 9)) * rng.uniform(0.1, 5, (12, 1)))
+    V[3] = 0.0  # an all-zero row
+    V[5, :4] = 1.5  # ties in magnitude
+    c = torch.tensor(rng.uniform(0.0, 6.0, 12))
+    c[0] = 0.0
+    batched = prox(penalty, V, c[:, None])
+    for b in range(V.shape[0]):
+        torch.testing.assert_close(batched[b], prox(penalty, V[b], float(c[b])), rtol=0,
+                                   atol=1e-12)

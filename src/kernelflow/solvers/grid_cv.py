@@ -178,8 +178,99 @@ def krr_grid_cv(
     groups = [list(range(F))] if len(sizes) == 1 else [[f] for f in range(F)]
     out = torch.zeros(len(kernels), F, lam.numel(), dtype=X.dtype, device=X.device)
     with _threads_for(F * n**3 / 4):
-        _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out)
+        if not _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw,
+                                       fit_intercept, out):
+            _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out)
     return _result(out)
+
+
+def _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out):
+    """Every (bandwidth, fold) at once through a tridiagonal reduction K = Q T Q^T.
+
+    The reduction (LAPACK ``sytrd``) costs a fraction of an eigendecomposition with vectors;
+    Q^T is then applied to the targets and the validation cross-kernel only, and each penalty
+    costs one tridiagonal LDL^T solve of T + lambda I (stable without pivoting, as it is
+    positive definite), vectorised over all problems and penalties. Returns False (nothing
+    written) off the CPU, for other float types, or when a penalty is too small for
+    T + lambda I to be safely positive definite; the eigendecomposition path then runs.
+    """
+    if X.device.type != "cpu" or X.dtype not in (torch.float32, torch.float64):
+        return False
+    from scipy.linalg import lapack  # noqa: PLC0415
+
+    sytrd, ormqr = ((lapack.dsytrd, lapack.dormqr) if X.dtype == torch.float64
+                    else (lapack.ssytrd, lapack.sormqr))
+    eps = torch.finfo(X.dtype).eps
+    Ks = torch.stack([kern(X, X) for kern in kernels])  # (S, n, n)
+    S, L, t = Ks.shape[0], lam.numel(), Y.shape[1]
+    lam_np = lam.numpy()
+    for group in groups:
+        tr = torch.stack([trains[f] for f in group])  # (G, m)
+        va = torch.stack([vals[f] for f in group])  # (G, v)
+        G, m = tr.shape
+        Ktr = Ks[:, tr[:, :, None], tr[:, None, :]]  # (S, G, m, m)
+        W = Ks[:, va[:, :, None], tr[:, None, :]]  # (S, G, v, m)
+        Ytr = Y[tr]  # (G, m, t)
+        if fit_intercept:
+            if sw is None:
+                mu = Ytr.mean(1, keepdim=True)
+            else:
+                wt = sw[tr][:, :, None]
+                mu = (wt * Ytr).sum(1, keepdim=True) / wt.sum(1, keepdim=True).clamp_min(
+                    1e-300)
+            Ytr = Ytr - mu
+        else:
+            mu = torch.zeros(G, 1, t, dtype=X.dtype)
+        if sw is not None:
+            root = sw[tr].sqrt()  # (G, m)
+            Ktr = root[:, :, None] * Ktr * root[:, None, :]
+            W = W * root[:, None, :]
+            Ytr = Ytr * root[:, :, None]
+        bound = float(Ktr.abs().sum(-1).amax()) if Ktr.numel() else 0.0  # >= every |eigenvalue|
+        if m < 2 or not float(lam.min()) > 8 * m * eps * max(bound, 1.0):
+            return False
+        P = S * G
+        Kp = Ktr.reshape(P, m, m).numpy()
+        D = np.empty((P, m), dtype=Kp.dtype)
+        E = np.empty((P, m - 1), dtype=Kp.dtype)
+        # B = Q^T [y, W^T]; Q = diag(1, Q') with Q' the QR-form reflectors sytrd leaves below
+        # the subdiagonal, applied by ormqr
+        B = torch.cat([Ytr.expand(S, G, m, t).reshape(P, m, t),
+                       W.reshape(P, -1, m).transpose(1, 2)], -1).numpy().copy()  # (P, m, t+v)
+        lwork = 64 * B.shape[-1]
+        for q in range(P):
+            c, D[q], E[q], tau, info = sytrd(Kp[q], lower=1)
+            if info != 0:
+                return False
+            B[q, 1:], _, info = ormqr("L", "T", c[1:, :-1], tau, B[q, 1:], lwork=lwork)
+            if info != 0:
+                return False
+        B = torch.from_numpy(B)
+        z = B[:, :, :t].numpy()  # (P, m, t)
+        Gm = B[:, :, t:]  # (P, m, v)
+        # LDL^T (Thomas) sweeps over all P problems and L penalties, index m leading
+        diag = np.ascontiguousarray((D[:, None, :] + lam_np[None, :, None]).transpose(2, 0, 1))
+        off = np.ascontiguousarray(E.T)[:, :, None]  # (m-1, P, 1)
+        rhs = np.ascontiguousarray(z.transpose(1, 0, 2))[:, :, None, :]  # (m, P, 1, t)
+        cp = np.empty((m - 1, P, L), dtype=Kp.dtype)
+        dp = np.empty((m, P, L, t), dtype=Kp.dtype)
+        den = diag[0]
+        dp[0] = rhs[0] / den[..., None]
+        for i in range(1, m):
+            cp[i - 1] = off[i - 1] / den
+            den = diag[i] - off[i - 1] * cp[i - 1]
+            dp[i] = (rhs[i] - off[i - 1][..., None] * dp[i - 1]) / den[..., None]
+        for i in range(m - 2, -1, -1):
+            dp[i] -= cp[i][..., None] * dp[i + 1]
+        x = torch.from_numpy(dp)  # (m, P, L, t)
+        pred = torch.einsum("pmv,mplt->plvt", Gm, x).reshape(S, G, L, -1, t)
+        err = (pred + mu[None, :, None] - Y[va][None, :, None]).square().mean(-1)  # (S,G,L,v)
+        if sw is None:
+            out[:, group] = err.mean(-1)
+        else:
+            w = sw[va][None, :, None, :]
+            out[:, group] = (err * w).sum(-1) / w.sum(-1).clamp_min(1e-300)
+    return True
 
 
 def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out):
@@ -269,7 +360,7 @@ def _published_ista(matvec, Y, thresh, penalty, eta, m, max_iter):
     n_iter = torch.full((B,), max_iter, dtype=torch.long, device=Y.device)
     rows = torch.arange(B, device=Y.device)
     Yr, tr, er, mr = Y, thresh, eta, m
-    train = matvec.row_train[torch.arange(B, device=Y.device) % matvec.per]
+    train = matvec.row_train[rows % matvec.per]
     old = train.clone()  # ones on the training rows, zeros on the validation rows
     first = True
     for it in range(max_iter):
@@ -386,27 +477,51 @@ def _penalized_scores(X, y, kernels, penalty, solver, accelerated, step_size, ma
                       verbose, train, weights, Y, lam_rows, m_rows, out, iters):
     F, L = out.shape[1], out.shape[2]
     n = X.shape[0]
+    if solver == "published":
+        _published_scores(X, y, kernels, penalty, step_size, max_iter, train, weights, Y,
+                          lam_rows, m_rows, out, iters)
+        return
     # one bandwidth at a time keeps the batch at F L rows of n (memory O(F L n + n^2))
     for si in progress(range(len(kernels)), desc=f"K{penalty}R grid", verbose=verbose):
         K = kernels[si](X, X)[None]  # (1, n, n)
         matvec = _GridProduct(K, train, L)
-        if solver == "published":
-            eta = torch.full((F * L, 1), 0.01 if step_size is None else float(step_size),
-                             dtype=X.dtype, device=X.device)
-            A, its = _published_ista(matvec, Y, lam_rows[:, None], penalty, eta,
-                                     m_rows, int(max_iter))
+        if step_size is None:
+            top = float(torch.linalg.eigvalsh(K[0])[-1])
+            e = 1.0 / top if top > 0 else 1.0
         else:
-            if step_size is None:
-                top = float(torch.linalg.eigvalsh(K[0])[-1])
-                e = 1.0 / top if top > 0 else 1.0
-            else:
-                e = float(step_size)
-            A, _, its, ok, _ = fista(matvec, Y, lam_rows, penalty, e, max_iter=int(max_iter),
-                                     tol=tol, accelerated=accelerated)
-            if not bool(ok.all()):
-                logger.debug("K%sR grid: %d problems hit max_iter=%d at bandwidth %d",
-                             penalty, int((~ok).sum()), max_iter, si)
+            e = float(step_size)
+        A, _, its, ok, _ = fista(matvec, Y, lam_rows, penalty, e, max_iter=int(max_iter),
+                                 tol=tol, accelerated=accelerated)
+        if not bool(ok.all()):
+            logger.debug("K%sR grid: %d problems hit max_iter=%d at bandwidth %d",
+                         penalty, int((~ok).sum()), max_iter, si)
         pred = A.reshape(F * L, n) @ K[0]  # K alpha on every row
         err = (pred - y).square().reshape(F, L, n)
         out[si] = (err * weights[:, None, :]).sum(-1)
         iters[si] = its.reshape(F, L)
+
+
+#: Most (bandwidth, fold, penalty) rows of n that the published solver advances in one batch.
+PUBLISHED_BATCH_ELEMENTS = 2_000_000
+
+
+def _published_scores(X, y, kernels, penalty, step_size, max_iter, train, weights, Y, lam_rows,
+                      m_rows, out, iters):
+    """Capped ISTA on whole blocks of bandwidths at once: one batched GEMM per step."""
+    S, F, L = out.shape
+    n = X.shape[0]
+    per = F * L
+    block = max(1, PUBLISHED_BATCH_ELEMENTS // max(per * n, 1))
+    eta0 = 0.01 if step_size is None else float(step_size)
+    for s0 in range(0, S, block):
+        ks = list(range(s0, min(S, s0 + block)))
+        K_all = torch.stack([kernels[si](X, X) for si in ks])  # (b, n, n)
+        b = len(ks)
+        matvec = _GridProduct(K_all, train, L)
+        eta = torch.full((b * per, 1), eta0, dtype=X.dtype, device=X.device)
+        A, its = _published_ista(matvec, Y.repeat(b, 1), lam_rows.repeat(b)[:, None], penalty,
+                                 eta, m_rows.repeat(b), int(max_iter))
+        pred = torch.bmm(A.reshape(b, per, n), K_all)  # K alpha on every row
+        err = (pred - y).square().reshape(b, F, L, n)
+        out[s0:s0 + b] = (err * weights[None, :, None, :]).sum(-1)
+        iters[s0:s0 + b] = its.reshape(b, F, L)
