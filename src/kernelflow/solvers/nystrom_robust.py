@@ -55,6 +55,7 @@ from ..operators import KernelOperator, Options
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress
+from ..utils.monitor import EarlyStopping
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .nystrom import (
     NystromPreconditioner,
@@ -384,10 +385,12 @@ def nystrom_robust(
 
     obj, g, gb, p = evaluate(theta, b, delta_)
     objective = [float(obj.sum())]
-    vals, best = [], {"v": math.inf, "k": 0, "theta": theta.clone(), "b": b.clone(), "since": 0}
+    vals: list[float] = []
+    best = {"k": 0, "theta": theta.clone(), "b": b.clone()}
+    monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
     if validation is not None:
         vals.append(val_loss(theta, b, delta_))
-        best.update(v=vals[-1])
+        monitor.update(0, vals[-1])
     converged = early = False
     k = 0
     with progress(total=max_iter, desc=f"Nystrom {loss}", verbose=verbose) as bar:
@@ -411,13 +414,12 @@ def nystrom_robust(
                 objective[-1] = float(obj.sum())
             if validation is not None:
                 vals.append(val_loss(theta, b, delta_))
-                if vals[-1] < best["v"]:
-                    best.update(v=vals[-1], k=k, theta=theta.clone(), b=b.clone(), since=0)
-                else:
-                    best["since"] += 1
-                    if best["since"] >= n_iter_no_change:
-                        early = True
-                        break
+                stop = monitor.update(k, vals[-1])
+                if monitor.best_iteration == k:
+                    best.update(k=k, theta=theta.clone(), b=b.clone())
+                if stop:
+                    early = True
+                    break
             if callback is not None and callback(k, coords.apply(theta), b):
                 break
             if auto and (0 <= rel < tol or eta < tol * scale):
