@@ -424,7 +424,7 @@ class SubsetSource(DataSource):
     Used by :meth:`DataSource.split`; blocks keep the ``start`` of the underlying block.
     """
 
-    def __init__(self, source: DataSource, keep: Callable[[int, int], np.ndarray]):
+    def __init__(self, source: DataSource, keep: Callable[[int, int], np.ndarray] | None):
         self.source = source
         self.keep = keep
         self.n_features = source.n_features
@@ -435,9 +435,15 @@ class SubsetSource(DataSource):
     def has_weights(self) -> bool:
         return self.source.has_weights
 
+    def _mask(self, block: Block) -> np.ndarray:
+        """The rows of ``block`` to keep (subclasses may decide from the block's content)."""
+        if self.keep is None:
+            raise NotImplementedError("SubsetSource needs keep or a subclass overriding _mask.")
+        return np.asarray(self.keep(block.start, block.X.shape[0]), dtype=bool)
+
     def _raw_blocks(self, block_size):
         for b in self.source._raw_blocks(block_size):
-            m = torch.from_numpy(np.asarray(self.keep(b.start, b.X.shape[0]), dtype=bool))
+            m = torch.from_numpy(self._mask(b))
             if not bool(m.any()):
                 continue
             yield Block(b.X[m], None if b.y is None else b.y[m],

@@ -23,7 +23,7 @@ from ..operators import Options, memory_budget
 from ..solvers.hyperparameters import NYSTROM_CRITERIA
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
 from ..solvers.variance import nystrom_posterior
-from ..sources import ArraySource, Block, DataSource, SubsetSource, as_source
+from ..sources import ArraySource, DataSource, SubsetSource, as_source
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
 from ..utils.holdout import holdout_indices, holdout_stream_mask
@@ -134,29 +134,18 @@ def _resolved_options(estimator) -> Options:
     return opts
 
 
-class _StreamHoldout(DataSource):
+class _StreamHoldout(SubsetSource):
     """The rows of a stream on one side of the holdout rule for streams
     (:func:`kernelflow.utils.holdout.holdout_stream_mask`: a row is held out when the hash of
     its content falls below the fraction); blocks keep their global ``start``."""
 
     def __init__(self, source: DataSource, fraction: float, seed: int, validation: bool):
-        self.source, self.fraction, self.seed, self.validation = source, fraction, seed, validation
-        self.n_features = source.n_features
-        self.n_outputs = source.n_outputs
-        self._n_samples = None
+        super().__init__(source, keep=None)
+        self.fraction, self.seed, self.validation = fraction, seed, validation
 
-    @property
-    def has_weights(self) -> bool:
-        return self.source.has_weights
-
-    def _raw_blocks(self, block_size):
-        for b in self.source._raw_blocks(block_size):
-            m = holdout_stream_mask(b.X, self.fraction, self.seed)
-            m = torch.from_numpy(m if self.validation else ~m)
-            if not bool(m.any()):
-                continue
-            yield Block(b.X[m], None if b.y is None else b.y[m],
-                        None if b.sample_weight is None else b.sample_weight[m], b.start)
+    def _mask(self, block):
+        m = holdout_stream_mask(block.X, self.fraction, self.seed)
+        return m if self.validation else ~m
 
     def positions(self) -> np.ndarray:
         """Global positions of the rows on this side (one pass over the rows)."""

@@ -78,6 +78,21 @@ def _out(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # batch layout (t, 
     return A.T.reshape(A.shape[1], *y.shape[1:]) if y.ndim == 2 else A[0]
 
 
+def _after_step(k, alpha, R, E, path, callback) -> bool:
+    """Record step ``k`` of a path loop (the iterate, the callback); True: the callback stops."""
+    if path is not None:
+        path.append(alpha.clone())
+    return callback is not None and bool(callback(k, alpha, R, E))
+
+
+def _path_result(alpha, R, E, y, k, eta, path, stopped) -> PathResult:
+    """The :class:`PathResult` of a path loop, in the layout of ``y``."""
+    return PathResult(
+        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
+        path=None if path is None else torch.stack([_out(a, y) for a in path]),
+        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
+    )
+
 
 def _check_eta(eta) -> float:
     eta = float(eta)

@@ -12,7 +12,15 @@ from __future__ import annotations
 import torch
 
 from ...utils._progress import progress
-from ._common import Callback, DivergenceError, PathResult, _check_eta, _out, _prepare
+from ._common import (
+    Callback,
+    DivergenceError,
+    PathResult,
+    _after_step,
+    _check_eta,
+    _path_result,
+    _prepare,
+)
 from .rules import PathRule, as_rule, largest_eigenvalue, weighted_largest_eigenvalue
 
 __all__ = ["rule_path"]
@@ -106,13 +114,7 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
             bar.close()
             raise DivergenceError(f"the {rule.name} path diverged at iteration {k} with "
                                   f"learning_rate={eta:.4g}; lower it or use 'auto'.")
-        if path is not None:
-            path.append(alpha.clone())
-        if callback is not None and callback(k, alpha, R, E):
+        if _after_step(k, alpha, R, E, path, callback):
             stopped = True
     bar.close()
-    return PathResult(
-        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
-        path=None if path is None else torch.stack([_out(a, y) for a in path]),
-        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
-    )
+    return _path_result(alpha, R, E, y, k, eta, path, stopped)

@@ -12,8 +12,10 @@ from ._common import (
     Callback,
     DivergenceError,
     PathResult,
+    _after_step,
     _check_eta,
     _out,
+    _path_result,
     _prepare,
 )
 from ._operator import _Matrix
@@ -166,16 +168,10 @@ def gradient_descent_path(
                 f"residual norm grew from {float(y_norm.max()):.4g} to "
                 f"{float(r_norm.max()):.4g}; use learning_rate <= 2 / s_max(K) or 'auto'."
             )
-        if path is not None:
-            path.append(alpha.clone())
-        if callback is not None and callback(k, alpha, R, E):
+        if _after_step(k, alpha, R, E, path, callback):
             stopped = True
     bar.close()
-    return PathResult(
-        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
-        path=None if path is None else torch.stack([_out(a, y) for a in path]),
-        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
-    )
+    return _path_result(alpha, R, E, y, k, eta, path, stopped)
 
 
 
@@ -262,18 +258,12 @@ def sign_gradient_path(
                 if QE is not None:
                     QE = QE + dS @ Em.columns_t(idx)
             S = S_new
-        if path is not None:
-            path.append(alpha.clone())
-        if callback is not None and callback(k, alpha, R, E):
+        if _after_step(k, alpha, R, E, path, callback):
             stopped = True
     bar.close()
     if not bool(torch.isfinite(R).all()):
         raise DivergenceError("sign gradient descent produced a non-finite residual.")
-    return PathResult(
-        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
-        path=None if path is None else torch.stack([_out(a, y) for a in path]),
-        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
-    )
+    return _path_result(alpha, R, E, y, k, eta, path, stopped)
 
 
 # ---- coordinate descent ----
@@ -372,15 +362,9 @@ def coordinate_descent_path(
             E = E + delta @ Em.columns_t(idx)
         k += 1
         bar.update()
-        if path is not None:
-            path.append(alpha.clone())
-        if callback is not None and callback(k, alpha, R, E):
+        if _after_step(k, alpha, R, E, path, callback):
             stopped = True
     bar.close()
     if not bool(torch.isfinite(R).all()):
         raise DivergenceError("coordinate descent produced a non-finite residual.")
-    return PathResult(
-        alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
-        path=None if path is None else torch.stack([_out(a, y) for a in path]),
-        eval_predictions=None if E is None else _out(E, y), stopped_by_callback=stopped,
-    )
+    return _path_result(alpha, R, E, y, k, eta, path, stopped)
