@@ -48,7 +48,7 @@ from .paths import (
     spectral_filter,
 )
 from .paths.driver import rule_path
-from .paths.rules import PathRule, _scaled_largest_eigenvalue, as_rule
+from .paths.rules import PathRule, _scaled_largest_eigenvalue, as_rule, coordinate_moves
 from .paths.rules import huber_epsilon as _huber_epsilon
 
 __all__ = [
@@ -265,14 +265,10 @@ def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: to
     bar = progress(total=max_iter, desc=f"weighted {kind} descent", verbose=verbose)
     while not stopped and k < max_iter:
         if kind == "coordinate":
-            A = R.abs()
-            top = A.amax(dim=-1, keepdim=True)
-            if tol > 0 and bool((top[:, 0] <= tol * y_max).all()):
+            moves = coordinate_moves(R, tol, y_max)
+            if moves is None:  # zero residual (or below tol): the path has stopped
                 break
-            mask = (A == top) & (top > 0)
-            idx = torch.nonzero(mask.any(dim=0)).reshape(-1)
-            if idx.numel() == 0:  # zero residual: the path has stopped
-                break
+            mask, idx = moves
             delta = eta * w[idx] * torch.sign(R[:, idx]) * mask[:, idx]
             alpha[:, idx] += delta
             R = R - delta @ Km.columns_t(idx, symmetric=True)

@@ -75,6 +75,30 @@ def coordinate_direction(residual: torch.Tensor) -> torch.Tensor:
     return torch.sign(residual) * (a == top)
 
 
+def coordinate_moves(R: torch.Tensor, tol: float = 0.0, y_max=None):
+    """The coordinates a coordinate-descent step moves in a batch of residuals ``R`` (B, n).
+
+    Every m attaining max |r| of its row moves (ties move together): returns ``(mask, idx)``
+    with ``mask`` (B, n) marking them per row and ``idx`` their union, or None when the path
+    has ended (a zero residual, or max |r| <= ``tol * y_max`` in every row when ``tol > 0``).
+
+    Examples
+    --------
+    >>> mask, idx = coordinate_moves(torch.tensor([[0.5, -2.0, 2.0]]))
+    >>> mask.tolist(), idx.tolist()
+    ([[False, True, True]], [1, 2])
+    """
+    A = R.abs()
+    top = A.amax(dim=-1, keepdim=True)
+    if tol > 0 and bool((top[:, 0] <= tol * y_max).all()):
+        return None
+    mask = (A == top) & (top > 0)
+    idx = torch.nonzero(mask.any(dim=0)).reshape(-1)
+    if idx.numel() == 0:
+        return None
+    return mask, idx
+
+
 def coordinate_step(alpha: torch.Tensor, residual: torch.Tensor, eta) -> torch.Tensor:
     """One kernel coordinate-descent step ``alpha + eta I_inf(r)`` (forward stagewise).
 

@@ -19,7 +19,12 @@ from ._common import (
     _prepare,
 )
 from ._operator import _Matrix
-from .rules import coordinate_learning_rate, gradient_learning_rate, sign_learning_rate
+from .rules import (
+    coordinate_learning_rate,
+    coordinate_moves,
+    gradient_learning_rate,
+    sign_learning_rate,
+)
 from .spectral import _gd_spectral
 
 __all__ = ["gradient_descent_path", "sign_gradient_path", "coordinate_descent_path"]
@@ -342,19 +347,13 @@ def coordinate_descent_path(
                     E[0].add_(Em.column(m), alpha=step)
                 k += 1
                 bar.update()
-                if path is not None:
-                    path.append(alpha.clone())
-                if callback is not None and callback(k, alpha, R, E):
+                if _after_step(k, alpha, R, E, path, callback):
                     stopped = True
                 continue
-        A = R.abs()
-        top = A.amax(dim=-1, keepdim=True)
-        if tol > 0 and bool((top[:, 0] <= tol * y_max).all()):
+        moves = coordinate_moves(R, tol, y_max)
+        if moves is None:  # residual exactly zero (or below tol): the path has stopped
             break
-        mask = (A == top) & (top > 0)
-        idx = torch.nonzero(mask.any(dim=0)).reshape(-1)
-        if idx.numel() == 0:  # residual exactly zero: the path has stopped
-            break
+        mask, idx = moves
         delta = eta * torch.sign(R[:, idx]) * mask[:, idx]  # (B, |D|)
         alpha[:, idx] += delta
         R = R - delta @ Km.columns_t(idx, symmetric=True)
