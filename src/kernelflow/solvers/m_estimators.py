@@ -122,17 +122,28 @@ def _irls(K, y, alpha, c, mask, max_iter, tol, weight_fn):
     batch = c.shape
     y = y.expand(*batch, n)
     lam, m = lam.expand(batch), m.expand(*batch, n)
-    coef = torch.zeros(*batch, n, dtype=K.dtype, device=K.device)
-    w = m.clone()
-    done = torch.zeros(batch, dtype=torch.bool, device=K.device)
     eye = torch.eye(n, dtype=K.dtype, device=K.device)
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007
+
+    def update(coef):
         r = (y - (K @ coef.unsqueeze(-1))[..., 0]) * m
         k = (c * _masked_std(r, m)).clamp_min(torch.finfo(K.dtype).tiny).unsqueeze(-1)
         w_new = weight_fn(r, k) * m
         A = w_new.unsqueeze(-1) * K * w_new.unsqueeze(-2) + lam[..., None, None] * eye
-        new = w_new * torch.linalg.solve(A, (w_new * y).unsqueeze(-1))[..., 0]
+        return w_new * torch.linalg.solve(A, (w_new * y).unsqueeze(-1))[..., 0], w_new
+
+    return _fixed_point(update, K, batch, n, m.clone(), max_iter, tol)
+
+
+def _fixed_point(update, K, batch, n, w0, max_iter, tol) -> MEstimateResult:
+    """The batched iteration coef <- update(coef) from 0, ``update`` returning the new
+    coefficients and weights; a problem whose step norm falls below ``tol`` keeps its
+    coefficients and weights from then on, and the loop ends when all have converged."""
+    coef = torch.zeros(*batch, n, dtype=K.dtype, device=K.device)
+    w = w0
+    done = torch.zeros(batch, dtype=torch.bool, device=K.device)
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007
+        new, w_new = update(coef)
         step = (new - coef).norm(dim=-1)
         keep = done.unsqueeze(-1)
         coef = torch.where(keep, coef, new)
@@ -228,23 +239,15 @@ def kernel_quantile_mm(
     batch = torch.broadcast_shapes(batch, tau.shape)
     y, lam, m = y.expand(*batch, n), lam.expand(batch), m.expand(*batch, n)
     tau = tau.expand(batch).unsqueeze(-1)
-    coef = torch.zeros(*batch, n, dtype=K.dtype, device=K.device)
-    u = m.clone()
-    done = torch.zeros(batch, dtype=torch.bool, device=K.device)
     eye = torch.eye(n, dtype=K.dtype, device=K.device)
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007
+
+    def update(coef):
         r = y - (K @ coef.unsqueeze(-1))[..., 0]
         d = eps + r.abs()
         u_new = m / (4.0 * d)
         v = 0.5 * (y / d + 2.0 * tau - 1.0) * m
         A = 2.0 * u_new.unsqueeze(-1) * K + lam[..., None, None] * eye
-        new = torch.linalg.solve(A, v.unsqueeze(-1))[..., 0] * m  # excluded rows: exactly 0
-        step = (new - coef).norm(dim=-1)
-        keep = done.unsqueeze(-1)
-        coef = torch.where(keep, coef, new)
-        u = torch.where(keep, u, u_new)
-        done = done | (step < tol)
-        if bool(done.all()):
-            break
-    return MEstimateResult(coef, it, done, u)
+        # excluded rows: exactly 0
+        return torch.linalg.solve(A, v.unsqueeze(-1))[..., 0] * m, u_new
+
+    return _fixed_point(update, K, batch, n, m.clone(), max_iter, tol)
