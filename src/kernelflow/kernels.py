@@ -354,11 +354,8 @@ class _DistanceKernel(Kernel):
         if isinstance(s, Real):
             s = float(s)
         else:  # per-feature bandwidths: frequency j of k((x - x') / sigma) is w_j / sigma_j
+            check_n_features(self, d)
             s = torch.as_tensor(np.asarray(s, dtype=np.float64), dtype=torch.float64)
-            if s.shape[0] != d:
-                raise ValueError(
-                    f"sigma has {s.shape[0]} per-feature bandwidths but X has {d} features."
-                )
             s = s.reshape(d, 1)
         return self._frequencies(Z, s, m, generator)
 

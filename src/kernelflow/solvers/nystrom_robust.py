@@ -128,8 +128,7 @@ def nystrom_loss_pass(
     >>> float(out.loss_sum[0]), float(out.psi_sum[0])
     (20.0, 20.0)
     """
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+    get_residual_loss(loss)  # a ValueError naming the choices
     C = centers.to(dtype)
     M, t = C.shape[0], coef.shape[1]
     item = torch.empty((), dtype=dtype).element_size()
@@ -324,8 +323,7 @@ def nystrom_robust(
     >>> bool((f - torch.sin(6 * X[:, 0])).abs().median() < 0.05)
     True
     """
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+    get_residual_loss(loss)  # a ValueError naming the choices
     if source.n_outputs == 0:
         raise ValueError("the training source has no targets.")
     C = centers.to(_F64)
@@ -386,7 +384,7 @@ def nystrom_robust(
     obj, g, gb, p = evaluate(theta, b, delta_)
     objective = [float(obj.sum())]
     vals: list[float] = []
-    best = {"k": 0, "theta": theta.clone(), "b": b.clone()}
+    best = {"theta": theta.clone(), "b": b.clone()}
     monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
     if validation is not None:
         vals.append(val_loss(theta, b, delta_))
@@ -416,7 +414,7 @@ def nystrom_robust(
                 vals.append(val_loss(theta, b, delta_))
                 stop = monitor.update(k, vals[-1])
                 if monitor.best_iteration == k:
-                    best.update(k=k, theta=theta.clone(), b=b.clone())
+                    best.update(theta=theta.clone(), b=b.clone())
                 if stop:
                     early = True
                     break
@@ -434,7 +432,7 @@ def nystrom_robust(
         b = b0 * 0
     return RobustSolution(coef=coef, intercept=b, n_iter=k, converged=converged,
                           objective=objective, validation_loss=vals,
-                          best_iter=best["k"] if validation is not None else k,
+                          best_iter=monitor.best_iteration if validation is not None else k,
                           learning_rate=eta, delta=delta_, stopped_early=early)
 
 

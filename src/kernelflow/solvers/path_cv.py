@@ -394,9 +394,7 @@ def early_stopping_path_cv(
     method = rule.name
     if backend not in ("auto", "native", "torch"):
         raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}.")
-    if validation_loss not in VALIDATION_LOSSES:
-        raise ValueError(f"validation_loss must be one of {VALIDATION_LOSSES}, got "
-                         f"{validation_loss!r}.")
+    get_residual_loss(validation_loss, what="validation_loss")  # a ValueError naming the choices
     native = rule.native is not None and _native.available(rule.native, X)
     if backend == "native" and not native:
         raise ValueError("backend='native' needs method 'sign' or 'coordinate', "
