@@ -38,10 +38,20 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Collection, Sequence
 from numbers import Real
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, cast, overload
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from .typing import ArrayLike
+
+    #: a bandwidth: a positive number, or a vector of one per feature
+    _Bandwidth: TypeAlias = float | Sequence[float] | np.ndarray | torch.Tensor
 
 __all__ = [
     "Kernel",
@@ -90,8 +100,10 @@ class Kernel:
     scikit-learn so that ``sklearn.base.clone`` works on estimators holding a kernel.
     """
 
-    #: k(x, x') depends on x - x' only.
-    is_stationary = False
+    @property
+    def is_stationary(self) -> bool:
+        """Whether k(x, x') depends on x - x' only (subclasses override it)."""
+        return False
 
     # ---- spectral measure (random features) ---------------------------------------------------
     def has_spectral_measure(self) -> bool:
@@ -112,18 +124,18 @@ class Kernel:
 
     # ---- scikit-learn style parameters -----------------------------------------------------
     @classmethod
-    def _get_param_names(cls):
+    def _get_param_names(cls) -> list[str]:
         sig = inspect.signature(cls.__init__)
         return sorted(p for p in sig.parameters if p != "self")
 
-    def get_params(self, deep=True):
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self._get_param_names()}
         if deep:
             for name, child in self._children():
                 out.update({f"{name}__{k}": v for k, v in child.get_params(deep=True).items()})
         return out
 
-    def set_params(self, **params):
+    def set_params(self, **params: Any) -> Self:
         valid = self._get_param_names()
         children = dict(self._children())
         for key, value in params.items():
@@ -136,27 +148,33 @@ class Kernel:
                 raise ValueError(f"Invalid parameter {key!r} for kernel {type(self).__name__}.")
         return self
 
-    def _children(self):
+    def _children(self) -> list[tuple[str, Kernel]]:
         """(name, kernel) pairs of the kernels this one is built from (nested parameters)."""
         return []
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params(deep=False).items())
         return f"{type(self).__name__}({args})"
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and _freeze(self) == _freeze(other)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(_freeze(self))
 
     # ---- composition ----------------------------------------------------------------------
-    def __add__(self, other):
+    def __add__(self, other: Kernel) -> Sum:
         if not isinstance(other, Kernel):
             return NotImplemented
         return Sum(self, other)
 
-    def __mul__(self, other):
+    @overload
+    def __mul__(self, other: Kernel) -> Product: ...
+
+    @overload
+    def __mul__(self, other: float) -> Scaled: ...
+
+    def __mul__(self, other: Kernel | float) -> Product | Scaled:
         if isinstance(other, Kernel):
             return Product(self, other)
         if isinstance(other, Real) and not isinstance(other, bool):
@@ -165,7 +183,7 @@ class Kernel:
 
     __rmul__ = __mul__
 
-    def on(self, columns):
+    def on(self, columns: Collection[int]) -> Additive:
         """This kernel applied to the given feature columns only: ``Additive([(columns, self)])``.
 
         Examples
@@ -179,7 +197,7 @@ class Kernel:
         return Additive([(columns, self)])
 
     # ---- evaluation -----------------------------------------------------------------------
-    def validate(self):
+    def validate(self) -> None:
         """Raise ``ValueError`` if a parameter is invalid."""
 
     def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:  # shape: (n, d) -> (n, d')
@@ -216,7 +234,7 @@ class Kernel:
         return 0
 
 
-def _freeze(value):
+def _freeze(value: Any) -> Any:
     # a hashable, comparable image of a parameter value (vectors of bandwidths included)
     if isinstance(value, Kernel):
         items = value.get_params(deep=False).items()
@@ -230,11 +248,12 @@ def _freeze(value):
     return value
 
 
-def _is_number(s) -> bool:
+def _is_number(s: object) -> TypeGuard[float]:
     return isinstance(s, Real) and not isinstance(s, bool)
 
 
-def check_bandwidth(sigma, n_features=None, *, name="sigma"):
+def check_bandwidth(sigma: ArrayLike, n_features: int | None = None, *,
+                    name: str = "sigma") -> float | np.ndarray | torch.Tensor:
     """Validate a bandwidth: a positive finite number or a vector of them (one per feature).
 
     Returns the number as a float or the vector as a float64 NumPy array (a torch tensor is
@@ -252,9 +271,9 @@ def check_bandwidth(sigma, n_features=None, *, name="sigma"):
         if not math.isfinite(sigma) or sigma <= 0:
             raise ValueError(f"{name} must be a positive finite number, got {sigma!r}.")
         return float(sigma)
-    is_tensor = isinstance(sigma, torch.Tensor)
     try:
-        arr = sigma.detach().cpu().numpy() if is_tensor else np.asarray(sigma, dtype=np.float64)
+        arr = (sigma.detach().cpu().numpy() if isinstance(sigma, torch.Tensor)
+               else np.asarray(sigma, dtype=np.float64))
     except (TypeError, ValueError):
         raise ValueError(
             f"{name} must be a positive number or a vector of them, got {sigma!r}."
@@ -270,12 +289,12 @@ def check_bandwidth(sigma, n_features=None, *, name="sigma"):
         raise ValueError(
             f"{name} has {arr.shape[0]} per-feature bandwidths but X has {n_features} features."
         )
-    if is_tensor:
+    if isinstance(sigma, torch.Tensor):
         return sigma
     return float(arr) if arr.ndim == 0 else arr
 
 
-def _scale(X, sigma):
+def _scale(X: torch.Tensor, sigma: ArrayLike) -> torch.Tensor:
     """X / sigma for a scalar or per-feature bandwidth (IEEE division: equal bandwidths give the
     scalar's bits)."""
     if _is_number(sigma):
@@ -291,18 +310,18 @@ def _scale(X, sigma):
     return X / s
 
 
-def _tracked(T) -> bool:
+def _tracked(T: torch.Tensor) -> bool:
     # blocks on the autograd tape (learned parameters) must not be modified in place
     return torch.is_grad_enabled() and T.requires_grad
 
 
-def _common_shift(X1, X2):
+def _common_shift(X1: torch.Tensor, X2: torch.Tensor) -> torch.Tensor:
     # Stationary kernels are shift invariant; centring both sides on one point reduces the
     # cancellation in ||x||^2 + ||z||^2 - 2<x, z> (important in float32).
     return X2[: min(X2.shape[0], 1024)].mean(0, keepdim=True)
 
 
-def _sub(X, shift):
+def _sub(X: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
     return X if shift is None else X - shift
 
 
@@ -332,8 +351,9 @@ def _gamma_draws(shape: float, n: int, gen: torch.Generator) -> torch.Tensor:
 
 class _DistanceKernel(Kernel):
     is_stationary = True
+    sigma: Any  # as given: a number or a vector (see check_bandwidth)
 
-    def __init__(self, sigma=1.0):
+    def __init__(self, sigma: _Bandwidth = 1.0) -> None:
         self.sigma = sigma
 
     def has_spectral_measure(self) -> bool:
@@ -348,30 +368,33 @@ class _DistanceKernel(Kernel):
         kernels: sigma = 1 / gamma)."""
         return 1.0 / gamma
 
-    def sample_frequencies(self, d, m, generator):
+    def sample_frequencies(self, d: int, m: int, generator: torch.Generator) -> torch.Tensor:
         Z = torch.randn(d, m, generator=generator, dtype=torch.float64)
-        s = self.sigma
-        if isinstance(s, Real):
-            s = float(s)
+        sigma = self.sigma
+        s: float | torch.Tensor
+        if isinstance(sigma, Real):
+            s = float(sigma)
         else:  # per-feature bandwidths: frequency j of k((x - x') / sigma) is w_j / sigma_j
             check_n_features(self, d)
-            s = torch.as_tensor(np.asarray(s, dtype=np.float64), dtype=torch.float64)
+            s = torch.as_tensor(np.asarray(sigma, dtype=np.float64), dtype=torch.float64)
             s = s.reshape(d, 1)
         return self._frequencies(Z, s, m, generator)
 
-    def _frequencies(self, Z, s, m, generator):  # (d, m) standard normal -> frequencies
+    def _frequencies(self, Z: torch.Tensor, s: float | torch.Tensor, m: int,
+                     generator: torch.Generator) -> torch.Tensor:
+        # (d, m) standard normal -> frequencies
         raise NotImplementedError
 
-    def validate(self):
+    def validate(self) -> None:
         try:
             check_bandwidth(self.sigma)
         except ValueError as exc:
             raise ValueError(f"{type(self).__name__}: {exc}") from None
 
-    def _prepare(self, X, side):
+    def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:
         return self._scaled(X)
 
-    def _scaled(self, X):
+    def _scaled(self, X: torch.Tensor) -> torch.Tensor:
         """X / sigma, refused when its squared distances would overflow."""
         P = _scale(X, self.sigma)
         top = float(P.detach().abs().max()) if P.numel() else 0.0
@@ -381,10 +404,10 @@ class _DistanceKernel(Kernel):
                              "or use a larger sigma.")
         return P
 
-    def _sq_block(self, P1, P2):
+    def _sq_block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         return sq_distances(P1, P2)
 
-    def _dist_block(self, P1, P2):
+    def _dist_block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         # Distances for kernels that take a square root: below the resolution of the expansion
         # |x|^2 + |z|^2 - 2<x, z> (a few eps times the norms) the squared distance is rounding
         # noise, whose square root (~sqrt(eps)) would be a visible error; snap it to 0.
@@ -416,21 +439,23 @@ class Gaussian(_DistanceKernel):
            [0.6065, 1.    ]])
     """
 
-    def _prepare(self, X, side):
+    def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:
         Xs = self._scaled(X)
         half = 0.5 * (Xs * Xs).sum(1, keepdim=True)
         one = torch.ones_like(half)
         # <[x, -|x|^2/2, 1], [z, 1, -|z|^2/2]> = <x, z> - |x|^2/2 - |z|^2/2 = -|x - z|^2 / 2
         return torch.cat([Xs, -half, one] if side == 0 else [Xs, one, -half], dim=1)
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         # exponent <= 0 up to rounding; exp of a rounding-level positive value is 1 + O(eps)
         return torch.mm(P1, P2.T).exp_()
 
-    def _width(self):
+    def _width(self) -> tuple[int, int]:
         return (1, 2)
 
-    def _frequencies(self, Z, s, m, generator):  # spectral measure N(0, sigma^-2 I)
+    def _frequencies(self, Z: torch.Tensor, s: float | torch.Tensor, m: int,
+                     generator: torch.Generator) -> torch.Tensor:
+        # spectral measure N(0, sigma^-2 I)
         return Z / s
 
     @classmethod
@@ -451,13 +476,15 @@ class Laplace(_DistanceKernel):
            [0.3679, 1.    ]], dtype=float32)
     """
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         D2 = self._dist_block(P1, P2)
         if _tracked(D2):  # learned bandwidths: no in-place ops
             return torch.exp(-D2.sqrt())
         return D2.sqrt_().neg_().exp_()
 
-    def _frequencies(self, Z, s, m, generator):  # multivariate Cauchy: z / (sigma |g|)
+    def _frequencies(self, Z: torch.Tensor, s: float | torch.Tensor, m: int,
+                     generator: torch.Generator) -> torch.Tensor:
+        # multivariate Cauchy: z / (sigma |g|)
         g = torch.randn(m, generator=generator, dtype=torch.float64).abs_().clamp_min_(1e-300)
         return Z / (s * g)
 
@@ -476,16 +503,16 @@ class Matern(_DistanceKernel):
     0.4834
     """
 
-    def __init__(self, sigma=1.0, nu=1.5):
+    def __init__(self, sigma: _Bandwidth = 1.0, nu: float = 1.5) -> None:
         self.sigma = sigma
         self.nu = nu
 
-    def validate(self):
+    def validate(self) -> None:
         super().validate()
         if self.nu not in (0.5, 1.5, 2.5):
             raise ValueError(f"Matern: nu must be 0.5, 1.5 or 2.5, got {self.nu!r}.")
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         D2 = self._dist_block(P1, P2)
         if _tracked(D2):  # learned bandwidths: no in-place ops
             Dc = D2.sqrt() * (1.0 if self.nu == 0.5 else math.sqrt(3.0 if self.nu == 1.5 else 5.0))
@@ -503,7 +530,9 @@ class Matern(_DistanceKernel):
             poly.add_(D2, alpha=5.0 / 3.0)
         return poly.mul_(D.neg_().exp_())
 
-    def _frequencies(self, Z, s, m, generator):  # multivariate t with 2 nu degrees of freedom
+    def _frequencies(self, Z: torch.Tensor, s: float | torch.Tensor, m: int,
+                     generator: torch.Generator) -> torch.Tensor:
+        # multivariate t with 2 nu degrees of freedom
         nu = float(self.nu)
         u = 2.0 * _gamma_draws(nu, m, generator)  # chi^2 with 2 nu degrees of freedom
         return Z * torch.sqrt(2.0 * nu / u.clamp_min(1e-300)) / s
@@ -520,10 +549,12 @@ class Cauchy(_DistanceKernel):
     0.5
     """
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         return self._sq_block(P1, P2).add_(1.0).reciprocal_()
 
-    def _frequencies(self, Z, s, m, generator):  # Gaussian scale mixture z sqrt(2e) / sigma
+    def _frequencies(self, Z: torch.Tensor, s: float | torch.Tensor, m: int,
+                     generator: torch.Generator) -> torch.Tensor:
+        # Gaussian scale mixture z sqrt(2e) / sigma
         e = -torch.log1p(-torch.rand(m, generator=generator, dtype=torch.float64))  # Exp(1)
         return Z * torch.sqrt(2.0 * e) / s
 
@@ -544,13 +575,13 @@ class Linear(Kernel):
     tensor([[11.]])
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         pass
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         return torch.mm(P1, P2.T)
 
-    def diag(self, X):
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
         return (X * X).sum(1)
 
 
@@ -567,12 +598,12 @@ class Polynomial(Kernel):
     tensor([[9.]])
     """
 
-    def __init__(self, degree=3, gamma=None, coef0=1.0):
+    def __init__(self, degree: int = 3, gamma: float | None = None, coef0: float = 1.0) -> None:
         self.degree = degree
         self.gamma = gamma
         self.coef0 = coef0
 
-    def validate(self):
+    def validate(self) -> None:
         if not isinstance(self.degree, Real) or self.degree <= 0:
             raise ValueError(f"Polynomial: degree must be positive, got {self.degree!r}.")
         if self.gamma is not None and not (isinstance(self.gamma, Real) and self.gamma > 0):
@@ -580,7 +611,7 @@ class Polynomial(Kernel):
         if not isinstance(self.coef0, Real) or not math.isfinite(self.coef0):
             raise ValueError(f"Polynomial: coef0 must be a finite number, got {self.coef0!r}.")
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         g = 1.0 / P1.shape[1] if self.gamma is None else float(self.gamma)
         return torch.addmm(
             torch.full((1, 1), float(self.coef0), dtype=P1.dtype, device=P1.device),
@@ -589,12 +620,20 @@ class Polynomial(Kernel):
             alpha=g,
         ).pow_(self.degree)
 
-    def diag(self, X):
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
         g = 1.0 / X.shape[1] if self.gamma is None else float(self.gamma)
         return (g * (X * X).sum(1) + float(self.coef0)) ** self.degree
 
 
-def _split(P, kernels):
+def _is_column_index(i: object) -> bool:
+    # a non-negative whole real number (validation of Additive's columns)
+    if not isinstance(i, Real):
+        return False
+    v = cast(float, i)  # numbers.Real: int, float, NumPy scalars, ...
+    return int(v) == v and v >= 0
+
+
+def _split(P: torch.Tensor, kernels: Sequence[Kernel]) -> tuple[torch.Tensor, ...]:
     # prepared inputs of a composite are its children's, side by side: recover each child's
     # column count from d (a d + b columns each, d solved from the total)
     coeffs = [k._width() for k in kernels]
@@ -604,35 +643,36 @@ def _split(P, kernels):
 
 
 class _Composite(Kernel):
-    def _kernels(self):
+    def _kernels(self) -> list[Kernel]:
         return [k for _, k in self._children()]
 
     @property
-    def is_stationary(self):
+    def is_stationary(self) -> bool:
         return all(k.is_stationary for k in self._kernels())
 
-    def validate(self):
+    def validate(self) -> None:
         for k in self._kernels():
             if not isinstance(k, Kernel):
                 raise TypeError(f"{type(self).__name__}: parts must be Kernel objects, got "
                                 f"{type(k).__name__}.")
             k.validate()
 
-    def _prepare(self, X, side):
+    def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:
         return torch.cat([k._prepare(X, side) for k in self._kernels()], dim=1)
 
-    def _width(self):
+    def _width(self) -> tuple[int, int]:
         coeffs = [k._width() for k in self._kernels()]
         return (sum(c[0] for c in coeffs), sum(c[1] for c in coeffs))
 
-    def extra_memory(self, n1, n2):
+    def extra_memory(self, n1: int, n2: int) -> int:
         return n1 * n2 + max(k.extra_memory(n1, n2) for k in self._kernels())
 
     def has_spectral_measure(self) -> bool:
         return all(k.has_spectral_measure() for k in self._kernels())
 
     @staticmethod
-    def _mixture_frequencies(parts, d, m, generator):
+    def _mixture_frequencies(parts: Sequence[tuple[Collection[int] | None, Kernel]], d: int,
+                             m: int, generator: torch.Generator) -> torch.Tensor:
         """Frequencies of a sum: a mixture of the parts' measures, weights proportional to
         their masses; ``parts`` are (columns or None, kernel)."""
         f64 = torch.float64
@@ -671,26 +711,26 @@ class Sum(_Composite):
     ['k1', 'k1__sigma', 'k2']
     """
 
-    def __init__(self, k1, k2):
+    def __init__(self, k1: Kernel, k2: Kernel) -> None:
         self.k1 = k1
         self.k2 = k2
 
-    def _children(self):
+    def _children(self) -> list[tuple[str, Kernel]]:
         return [("k1", self.k1), ("k2", self.k2)]
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         A1, A2 = _split(P1, [self.k1, self.k2])
         B1, B2 = _split(P2, [self.k1, self.k2])
         K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
         return K1 + K2 if _tracked(K1) or _tracked(K2) else K1.add_(K2)
 
-    def diag(self, X):
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
         return self.k1.diag(X) + self.k2.diag(X)
 
     def spectral_mass(self) -> float:
         return self.k1.spectral_mass() + self.k2.spectral_mass()
 
-    def sample_frequencies(self, d, m, generator):
+    def sample_frequencies(self, d: int, m: int, generator: torch.Generator) -> torch.Tensor:
         return self._mixture_frequencies([(None, self.k1), (None, self.k2)], d, m, generator)
 
 
@@ -706,26 +746,27 @@ class Product(_Composite):
     True
     """
 
-    def __init__(self, k1, k2):
+    def __init__(self, k1: Kernel, k2: Kernel) -> None:
         self.k1 = k1
         self.k2 = k2
 
-    def _children(self):
+    def _children(self) -> list[tuple[str, Kernel]]:
         return [("k1", self.k1), ("k2", self.k2)]
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         A1, A2 = _split(P1, [self.k1, self.k2])
         B1, B2 = _split(P2, [self.k1, self.k2])
         K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
         return K1 * K2 if _tracked(K1) or _tracked(K2) else K1.mul_(K2)
 
-    def diag(self, X):
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
         return self.k1.diag(X) * self.k2.diag(X)
 
     def spectral_mass(self) -> float:
         return self.k1.spectral_mass() * self.k2.spectral_mass()
 
-    def sample_frequencies(self, d, m, generator):  # a product's measure is a convolution
+    def sample_frequencies(self, d: int, m: int, generator: torch.Generator) -> torch.Tensor:
+        # a product's measure is a convolution
         return (self.k1.sample_frequencies(d, m, generator)
                 + self.k2.sample_frequencies(d, m, generator))
 
@@ -744,38 +785,38 @@ class Scaled(_Composite):
     True
     """
 
-    def __init__(self, kernel, scale=1.0):
+    def __init__(self, kernel: Kernel, scale: float | torch.Tensor = 1.0) -> None:
         self.kernel = kernel
         self.scale = scale
 
-    def _children(self):
+    def _children(self) -> list[tuple[str, Kernel]]:
         return [("kernel", self.kernel)]
 
-    def validate(self):
+    def validate(self) -> None:
         super().validate()
         sc = self.scale
         if not _is_number(sc) and not (isinstance(sc, torch.Tensor) and sc.ndim == 0):
             raise ValueError(f"Scaled: scale must be a positive number, got {sc!r}.")
         check_bandwidth(sc, name="Scaled: scale")
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         K = self.kernel._block(P1, P2)
         if isinstance(self.scale, torch.Tensor):
             return K * self.scale.to(K.dtype)
         return K * float(self.scale) if _tracked(K) else K.mul_(float(self.scale))
 
-    def diag(self, X):
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
         d = self.kernel.diag(X)
         return d * (self.scale.to(d.dtype) if isinstance(self.scale, torch.Tensor)
                     else float(self.scale))
 
-    def extra_memory(self, n1, n2):
+    def extra_memory(self, n1: int, n2: int) -> int:
         return self.kernel.extra_memory(n1, n2)
 
     def spectral_mass(self) -> float:
         return float(self.scale) * self.kernel.spectral_mass()
 
-    def sample_frequencies(self, d, m, generator):
+    def sample_frequencies(self, d: int, m: int, generator: torch.Generator) -> torch.Tensor:
         return self.kernel.sample_frequencies(d, m, generator)
 
 
@@ -798,31 +839,31 @@ class Additive(_Composite):
     True
     """
 
-    def __init__(self, parts):
+    def __init__(self, parts: Sequence[tuple[Collection[int], Kernel]]) -> None:
         self.parts = parts
 
-    def _children(self):
+    def _children(self) -> list[tuple[str, Kernel]]:
         try:
             return [(f"k{i}", part[1]) for i, part in enumerate(self.parts)]
         except (TypeError, IndexError):
             return []
 
-    def _columns(self):
+    def _columns(self) -> list[torch.Tensor]:
         return [torch.as_tensor(list(cols), dtype=torch.long) for cols, _ in self.parts]
 
-    def validate(self):
+    def validate(self) -> None:
         if not isinstance(self.parts, list | tuple) or not self.parts or not all(
             isinstance(p, list | tuple) and len(p) == 2 for p in self.parts
         ):
             raise ValueError("Additive: parts must be a non-empty list of (columns, kernel).")
         for cols, _ in self.parts:
             c = list(cols)
-            if not c or not all(isinstance(i, Real) and int(i) == i and i >= 0 for i in c):
+            if not c or not all(_is_column_index(i) for i in c):
                 raise ValueError(f"Additive: columns must be non-empty lists of column indices, "
                                  f"got {cols!r}.")
         super().validate()
 
-    def _prepare(self, X, side):
+    def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:
         out = []
         for idx, k in zip(self._columns(), self._kernels(), strict=True):
             if int(idx.max()) >= X.shape[1]:
@@ -831,11 +872,11 @@ class Additive(_Composite):
             out.append(k._prepare(X[:, idx.to(X.device)], side))
         return torch.cat(out, dim=1)
 
-    def _width(self):
+    def _width(self) -> tuple[int, int]:
         return (0, sum(k._width()[0] * len(c) + k._width()[1]
                        for c, k in zip(self._columns(), self._kernels(), strict=True)))
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         widths = [k._width()[0] * len(c) + k._width()[1]
                   for c, k in zip(self._columns(), self._kernels(), strict=True)]
         K = None
@@ -843,20 +884,22 @@ class Additive(_Composite):
                            strict=True):
             Kg = k._block(A, B)
             K = Kg if K is None else (K + Kg if _tracked(K) or _tracked(Kg) else K.add_(Kg))
+        assert K is not None  # validate() refuses an empty list of parts
         return K
 
-    def diag(self, X):
-        return sum(k.diag(X[:, idx.to(X.device)])
-                   for idx, k in zip(self._columns(), self._kernels(), strict=True))
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
+        return cast(torch.Tensor, sum(
+            k.diag(X[:, idx.to(X.device)])
+            for idx, k in zip(self._columns(), self._kernels(), strict=True)))
 
     def spectral_mass(self) -> float:
         return sum(k.spectral_mass() for _, k in self.parts)
 
-    def sample_frequencies(self, d, m, generator):
+    def sample_frequencies(self, d: int, m: int, generator: torch.Generator) -> torch.Tensor:
         return self._mixture_frequencies([(list(c), k) for c, k in self.parts], d, m, generator)
 
 
-KERNEL_NAMES = {
+KERNEL_NAMES: dict[str, type[Kernel]] = {
     "rbf": Gaussian,
     "gaussian": Gaussian,
     "laplace": Laplace,
@@ -896,7 +939,7 @@ def check_n_features(kernel: Kernel, n_features: int) -> None:
         check_n_features(child, n_features)
 
 
-def median_heuristic(X, *, max_samples=1000, random_state=0) -> float:
+def median_heuristic(X: ArrayLike, *, max_samples: int = 1000, random_state: int = 0) -> float:
     """Median of the pairwise Euclidean distances between (at most ``max_samples``) distinct rows.
 
     A common default bandwidth. Duplicate rows are removed first, so that repeating a sample
@@ -909,24 +952,26 @@ def median_heuristic(X, *, max_samples=1000, random_state=0) -> float:
     >>> median_heuristic(torch.tensor([[0.0], [1.0], [3.0]]))
     2.0
     """
-    X = torch.as_tensor(X)
-    if X.ndim != 2 or X.shape[0] < 1:
+    T = torch.as_tensor(X)
+    if T.ndim != 2 or T.shape[0] < 1:
         raise ValueError("median_heuristic needs a non-empty 2-D array.")
-    X = torch.unique(X, dim=0)
-    if X.shape[0] < 2:
+    T = torch.unique(T, dim=0)
+    if T.shape[0] < 2:
         return 1.0
-    if X.shape[0] > max_samples:
+    if T.shape[0] > max_samples:
         g = torch.Generator().manual_seed(int(random_state))
-        idx = torch.randperm(X.shape[0], generator=g)[:max_samples].to(X.device)
-        X = X[idx]
-    X = X.to(torch.float64)
-    D = sq_distances(X, X)
-    iu = torch.triu_indices(X.shape[0], X.shape[0], offset=1, device=X.device)
+        idx = torch.randperm(T.shape[0], generator=g)[:max_samples].to(T.device)
+        T = T[idx]
+    T = T.to(torch.float64)
+    D = sq_distances(T, T)
+    iu = torch.triu_indices(T.shape[0], T.shape[0], offset=1, device=T.device)
     med = float(D[iu[0], iu[1]].sqrt().median())
     return med if med > 0 else 1.0
 
 
-def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=None) -> Kernel:
+def make_kernel(kernel: str | Kernel = "rbf", *, sigma: ArrayLike | None = None,
+                gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                X: torch.Tensor | np.ndarray | None = None) -> Kernel:
     """Turn a kernel name or :class:`Kernel` into a validated :class:`Kernel`.
 
     Parameters
@@ -980,24 +1025,27 @@ def make_kernel(kernel="rbf", *, sigma=None, gamma=None, degree=3, coef0=1.0, X=
                              f"sigma={sigma!r} with kernel={kernel!r}.")
         if n_features is None:
             raise ValueError("sigma='ard' needs the training inputs X.")
+        assert X is not None  # n_features comes from X
         # equal per-feature bandwidths at the median heuristic: the scalar kernel, ready to learn
         sigma = np.full(n_features, median_heuristic(X))
     if sigma is not None:
         sigma = check_bandwidth(sigma, n_features)
         if not _is_number(sigma) and not issubclass(cls, _DistanceKernel):
             raise ValueError(f"A per-feature sigma needs a distance kernel, not {kernel!r}.")
+    out: Kernel
     if cls is Linear:
         out = Linear()
     elif cls is Polynomial:
         out = Polynomial(degree=degree, gamma=gamma, coef0=coef0)
     else:
+        dist_cls = cast("type[_DistanceKernel]", cls)  # every other name is a distance kernel
         if sigma is None:
             if gamma is not None:
-                sigma = cls.sigma_from_gamma(float(gamma))
+                sigma = dist_cls.sigma_from_gamma(float(gamma))
             elif X is not None:
                 sigma = median_heuristic(X)
             else:
                 sigma = 1.0
-        out = Matern(sigma=sigma, nu=_NU[name]) if cls is Matern else cls(sigma)
+        out = Matern(sigma=sigma, nu=_NU[name]) if cls is Matern else dist_cls(sigma)
     out.validate()
     return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from numbers import Integral, Real
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -176,8 +177,9 @@ class DoublyStochasticMixin(AtomicFitMixin):
         self._model = m.load_state(state)
         return m
 
-    def __getstate__(self):
-        state = dict(super().__getstate__())  # a copy: object.__getstate__ returns __dict__
+    def __getstate__(self) -> dict[str, Any]:
+        # the estimators derive from scikit-learn's BaseEstimator, which defines __getstate__
+        state = dict(cast(Any, super()).__getstate__())  # a copy: it may return __dict__
         state.pop("_model", None)  # the model file holds coefficients only
         return state
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from numbers import Real
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
@@ -12,6 +13,13 @@ from sklearn.utils.validation import check_is_fitted
 from ..solvers.direct import gradient_flow_spectral, spectrum
 from ..utils._validation import check_X, check_X_y, to_output
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..typing import ArrayLike, Output
 
 __all__ = ["KernelGradientFlow"]
 
@@ -66,8 +74,10 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         **KERNEL_CONSTRAINTS,
     }
 
-    def __init__(self, t=1.0, *, momentum=0.0, kernel="rbf", sigma=None, gamma=None, degree=3,
-                 coef0=1.0, fit_intercept=True, options=None):
+    def __init__(self, t: float = 1.0, *, momentum: float = 0.0, kernel: str | Kernel = "rbf",
+                 sigma: ArrayLike | Literal["ard"] | None = None, gamma: float | None = None,
+                 degree: int = 3, coef0: float = 1.0, fit_intercept: bool = True,
+                 options: Options | None = None) -> None:
         self.t = t
         self.momentum = momentum
         self.kernel = kernel
@@ -79,7 +89,7 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.options = options
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> Self:
         """Fit the flow at time ``t``.
 
         Parameters
@@ -93,10 +103,10 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         -------
         self : object
         """
-        X, y, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
-        self.kernel_ = self._build_kernel(X, sw)
-        self.X_fit_ = X
-        yc, self.intercept_ = self._center_targets(y, sw)
+        Xt, yt, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
+        self.kernel_ = self._build_kernel(Xt, sw)
+        self.X_fit_ = Xt
+        yc, self.intercept_ = self._center_targets(yt, sw)
         self._fit_sw = sw
         self._yc = yc
         self._spec = None
@@ -109,7 +119,7 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             self._spec = spectrum(K, getattr(self, "_fit_sw", None))
         return self._spec
 
-    def coef_path(self, times) -> torch.Tensor:
+    def coef_path(self, times: ArrayLike) -> torch.Tensor:
         """Dual coefficients alpha(t) for each time; shape (len(times), n[, n_targets])."""
         check_is_fitted(self)
         s, U = self._spectrum()
@@ -119,7 +129,7 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         return gradient_flow_spectral(s, U, yc, times, momentum=self.momentum,
                                       sample_weight=getattr(self, "_fit_sw", None))
 
-    def predict_path(self, X, times):
+    def predict_path(self, X: ArrayLike, times: ArrayLike) -> Output:
         """Predictions at every stopping time; shape (n_samples, len(times)[, n_targets])."""
         check_is_fitted(self)
         Xt, kind = check_X(self, X, reset=False)
@@ -131,7 +141,7 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         P = P.reshape(Xt.shape[0], m, *C.shape[2:]) + self.intercept_
         return to_output(P, kind)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict at the stopping time ``t``.
 
         Parameters

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
@@ -15,6 +16,14 @@ from ..solvers.m_estimators import HUBER_C, kernel_huber_irls
 from ..utils._finite import DivergenceError
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..solvers.m_estimators import MEstimateResult
+    from ..typing import ArrayLike, Output
 
 __all__ = ["KernelHuberRegressor"]
 
@@ -31,7 +40,7 @@ class _KernelIRLSRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         **KERNEL_CONSTRAINTS,
     }
 
-    def _solve(self, K, y):  # pragma: no cover - overridden
+    def _solve(self, K: torch.Tensor, y: torch.Tensor) -> MEstimateResult:  # pragma: no cover
         raise NotImplementedError
 
     def _location(self, y: torch.Tensor) -> torch.Tensor:
@@ -39,7 +48,7 @@ class _KernelIRLSRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         return torch.quantile(y, 0.5)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Fit the model.
 
         Parameters
@@ -51,14 +60,14 @@ class _KernelIRLSRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         -------
         self : object
         """
-        X, y, _, _ = check_X_y(self, X, y, multi_output=False)
-        self.kernel_ = self._build_kernel(X)
+        Xt, yt, _, _ = check_X_y(self, X, y, multi_output=False)
+        self.kernel_ = self._build_kernel(Xt)
         if self.fit_intercept:
-            self.intercept_ = self._location(y)
+            self.intercept_ = self._location(yt)
         else:
-            self.intercept_ = torch.zeros((), dtype=y.dtype, device=y.device)
-        K = KernelOperator(self.kernel_, X, options=self._options()).to_dense()
-        res = self._solve(K, y - self.intercept_)
+            self.intercept_ = torch.zeros((), dtype=yt.dtype, device=yt.device)
+        K = KernelOperator(self.kernel_, Xt, options=self._options()).to_dense()
+        res = self._solve(K, yt - self.intercept_)
         if not bool(res.converged):
             warnings.warn(
                 f"{type(self).__name__} did not converge in max_iter={self.max_iter} iterations "
@@ -66,13 +75,13 @@ class _KernelIRLSRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             )
         if not torch.isfinite(res.coef).all():
             raise DivergenceError("The reweighted solve produced non-finite coefficients.")
-        self.X_fit_ = X
+        self.X_fit_ = Xt
         self.dual_coef_ = res.coef
         self.n_iter_ = int(res.n_iter)
         self.weights_ = res.weights.detach().cpu().numpy()
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.
 
         Parameters
@@ -161,9 +170,11 @@ class KernelHuberRegressor(_KernelIRLSRegressor):
     (True, 0.93)
     """
 
-    def __init__(self, alpha=1.0, *, epsilon=HUBER_C, kernel="rbf", sigma=None, gamma=None,
-                 degree=3, coef0=1.0, fit_intercept=True, max_iter=100, tol=1e-5,
-                 options=None):
+    def __init__(self, alpha: float = 1.0, *, epsilon: float = HUBER_C,
+                 kernel: str | Kernel = "rbf", sigma: ArrayLike | Literal["ard"] | None = None,
+                 gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                 fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-5,
+                 options: Options | None = None) -> None:
         self.alpha = alpha
         self.epsilon = epsilon
         self.kernel = kernel
@@ -176,6 +187,6 @@ class KernelHuberRegressor(_KernelIRLSRegressor):
         self.tol = tol
         self.options = options
 
-    def _solve(self, K, y):
+    def _solve(self, K: torch.Tensor, y: torch.Tensor) -> MEstimateResult:
         return kernel_huber_irls(K, y, self.alpha, c=self.epsilon, max_iter=self.max_iter,
                                  tol=self.tol)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from numbers import Integral
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.model_selection import check_cv
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
@@ -16,6 +19,14 @@ from ..solvers.direct import gcv_mse_spectral, krr_spectral, loo_mse_spectral, s
 from ..solvers.grid_cv import krr_grid_cv
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+
+if TYPE_CHECKING:
+    from sklearn.model_selection import BaseCrossValidator, BaseShuffleSplit
+    from typing_extensions import Self
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..typing import ArrayLike, Output
 
 __all__ = ["KernelRidgeCV"]
 
@@ -93,9 +104,13 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         **{k: v for k, v in KERNEL_CONSTRAINTS.items() if k != "sigma"},
     }
 
-    def __init__(self, alphas=_DEFAULT_ALPHAS, *, sigmas=None, criterion="loo", cv=None,
-                 kernel="rbf", gamma=None, degree=3, coef0=1.0, fit_intercept=True,
-                 options=None, distributed="auto"):
+    def __init__(self, alphas: ArrayLike = _DEFAULT_ALPHAS, *, sigmas: ArrayLike | None = None,
+                 criterion: Literal["loo", "gcv"] = "loo",
+                 cv: int | BaseCrossValidator | BaseShuffleSplit
+                 | Iterable[tuple[ArrayLike, ArrayLike]] | None = None,
+                 kernel: str | Kernel = "rbf", gamma: float | None = None, degree: int = 3,
+                 coef0: float = 1.0, fit_intercept: bool = True, options: Options | None = None,
+                 distributed: bool | Literal["auto", "on", "off"] = "auto") -> None:
         self.alphas = alphas
         self.sigmas = sigmas
         self.criterion = criterion
@@ -129,7 +144,7 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         return kernels, [float(s) for s in sigmas]
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> Self:
         """Select the penalty and bandwidth, then fit.
 
         Parameters
@@ -142,29 +157,31 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         -------
         self : object
         """
-        X, y, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
+        Xt, yt, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
         alphas = np.asarray(self.alphas, dtype=np.float64).reshape(-1)
         if alphas.size == 0 or not np.all(np.isfinite(alphas)) or np.any(alphas <= 0):
             raise ValueError("alphas must be a non-empty array of positive finite numbers.")
-        if X.shape[0] < 2:
+        if Xt.shape[0] < 2:
             raise ValueError(
                 "KernelRidgeCV needs at least 2 samples for leave-one-out, got n_samples = 1."
             )
-        yc, intercept = self._center_targets(y, sw)
+        yc, intercept = self._center_targets(yt, sw)
         if self.cv is not None:
-            return self._fit_kfold(X, y, yc, sw, intercept, alphas)
+            return self._fit_kfold(Xt, yt, yc, sw, intercept, alphas)
         score_fn = loo_mse_spectral if self.criterion == "loo" else gcv_mse_spectral
-        kernels, sigmas = self._candidate_kernels(X if sw is None else X[sw > 0])
+        kernels, sigmas = self._candidate_kernels(Xt if sw is None else Xt[sw > 0])
         parallel = data_parallel(self.distributed)
         if parallel:  # every process scores a share of the bandwidths
             with collective_errors(f"{type(self).__name__}.fit"):
-                check_replicated(type(self).__name__, X, y, sw)
+                check_replicated(type(self).__name__, Xt, yt, sw)
         errors = np.zeros((len(kernels), alphas.size))
+        # (mean error, bandwidth index, penalty index, spectrum of that kernel)
+        best: tuple[float, int | None, int | None, tuple[torch.Tensor, torch.Tensor] | None]
         best = (np.inf, None, None, None)
-        self.X_fit_ = X
+        self.X_fit_ = Xt
         for i in my_share(len(kernels)) if parallel else range(len(kernels)):
             self.kernel_ = kernels[i]
-            s, U = spectrum(self._operator(X).to_dense(), sw)
+            s, U = spectrum(self._operator(Xt).to_dense(), sw)
             err = score_fn(s, U, yc, alphas, sample_weight=sw).mean(1)
             errors[i] = err.cpu().numpy()
             j = int(np.argmin(errors[i]))
@@ -181,8 +198,10 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                     best = (errors[i, j], i, j, held[3] if held[1] == i else None)
             if best[1] is not None and best[3] is None:  # chosen elsewhere: factor it here
                 self.kernel_ = kernels[best[1]]
-                best = (*best[:3], spectrum(self._operator(X).to_dense(), sw))
-        _, i, j, (s, U) = best
+                best = (*best[:3], spectrum(self._operator(Xt).to_dense(), sw))
+        _, i_best, j_best, factors = best
+        i, j = cast(int, i_best), cast(int, j_best)
+        s, U = cast("tuple[torch.Tensor, torch.Tensor]", factors)
         self.kernel_ = kernels[i]
         self.sigma_ = sigmas[i]
         self.alpha_ = float(alphas[j])
@@ -217,7 +236,7 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.dual_coef_ = krr_spectral(s, U, yc, [self.alpha_], sample_weight=sw)[0]
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict with the selected penalty and bandwidth.
 
         Parameters

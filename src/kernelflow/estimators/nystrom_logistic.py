@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
@@ -21,6 +22,14 @@ from .kernel_ridge_classifier import encode_labels
 from .nystrom_ridge import NYSTROM_CONSTRAINTS, _select_centers
 
 __all__ = ["NystromKernelLogisticRegression"]
+
+if TYPE_CHECKING:
+    import numpy as np
+    from typing_extensions import Self
+
+    from ..kernels import Kernel
+    from ..landmarks import LandmarkSelector
+    from ..typing import ArrayLike, Output
 
 _F64 = torch.float64
 
@@ -104,9 +113,13 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
         "cg_max_iter": [Interval(Integral, 1, None, closed="left")],
     }
 
-    def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
-                 sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=50,
-                 tol=1e-6, cg_max_iter=200, random_state=None, options=None):
+    def __init__(self, n_components: int = 100, *,
+                 landmarks: str | LandmarkSelector | ArrayLike = "uniform", alpha: float = 1.0,
+                 kernel: str | Kernel = "rbf", sigma: ArrayLike | Literal["ard"] | None = None,
+                 gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                 fit_intercept: bool = True, max_iter: int = 50, tol: float = 1e-6,
+                 cg_max_iter: int = 200, random_state: int | np.random.RandomState | None = None,
+                 options: Options | None = None) -> None:
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -123,7 +136,7 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
         self.options = options
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> Self:
         """Fit the model.
 
         Parameters
@@ -178,7 +191,7 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
         op = KernelOperator(self.kernel_, Xt.to(_F64), self.centers_, options=self.options)
         return op.matmul(self.dual_coef_) + self.intercept_, kind, Xt.dtype
 
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Output:
         """Scores f_k(x): shape (n_samples,) for two classes (f_1 - f_0), else
         (n_samples, n_classes).
 
@@ -195,7 +208,7 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
             F = F[:, 1] - F[:, 0]
         return to_output(F.to(dtype), kind)
 
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Output:
         """Class probabilities, the softmax of the scores.
 
         Parameters
@@ -209,7 +222,7 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
         F, kind, dtype = self._scores(X)
         return to_output(torch.softmax(F, 1).to(dtype), kind)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Output:
         """Logarithm of :meth:`predict_proba`.
 
         Parameters
@@ -223,7 +236,7 @@ class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
         F, kind, dtype = self._scores(X)
         return to_output(torch.log_softmax(F, 1).to(dtype), kind)
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Most probable class.
 
         Parameters

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from numbers import Real
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from sklearn.base import _fit_context
@@ -18,6 +20,16 @@ from .nystrom_ridge import (
     _resolved_options,
     _split,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+    from typing_extensions import Self
+
+    from ..kernels import Kernel
+    from ..landmarks import LandmarkSelector
+    from ..operators import Options
+    from ..sources import DataSource
+    from ..typing import ArrayLike
 
 __all__ = ["NystromRobustRegressor"]
 
@@ -133,12 +145,19 @@ class NystromRobustRegressor(_NystromBase):
         "tol": [Interval(Real, 0, None, closed="left")],
     }
 
-    def __init__(self, n_components=100, *, landmarks="uniform", loss="absolute", alpha=1.0,
-                 epsilon=1.345, learning_rate="auto", preconditioned=True, kernel="rbf",
-                 sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100,
-                 tol=1e-6, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
-                 warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
-                 options=None, distributed="auto"):
+    def __init__(self, n_components: int = 100, *,
+                 landmarks: str | LandmarkSelector | ArrayLike = "uniform",
+                 loss: str = "absolute", alpha: float = 1.0, epsilon: float = 1.345,
+                 learning_rate: float | Literal["auto"] = "auto", preconditioned: bool = True,
+                 kernel: str | Kernel = "rbf", sigma: ArrayLike | Literal["ard"] | None = None,
+                 gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                 fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-6,
+                 early_stopping: bool = False, validation_fraction: float = 0.1,
+                 n_iter_no_change: int = 5, warm_start: bool = False,
+                 dtype: Literal["float32", "float64"] | None = None, block_size: int | None = None,
+                 random_state: int | np.random.RandomState | None = None, verbose: int = 0,
+                 options: Options | None = None,
+                 distributed: bool | Literal["auto", "on", "off"] = "auto") -> None:
         self.n_components = n_components
         self.landmarks = landmarks
         self.loss = loss
@@ -166,7 +185,8 @@ class NystromRobustRegressor(_NystromBase):
         self.distributed = distributed
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None, sample_weight=None):
+    def fit(self, X: ArrayLike | DataSource | str | os.PathLike[str], y: ArrayLike | None = None,
+            sample_weight: ArrayLike | None = None) -> Self:
         """Fit the model.
 
         Parameters

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal
+
 import torch
 
 from ._paths import PathCVRegressor, bandwidth_grid, cv_folds, grid_kernels
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..typing import ArrayLike
 
 __all__ = ["KernelGradientDescentCV", "KernelSignGradientCV", "KernelCoordinateDescentCV",
            "bandwidth_grid", "grid_kernels", "cv_folds"]
@@ -99,32 +109,42 @@ class KernelGradientDescentCV(PathCVRegressor):
 class KernelSignGradientCV(PathCVRegressor):
     _method = "sign"
 
-    def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate="auto", max_iter=10000,
-                 n_iter_no_change=100, validation_loss="huber", fit_intercept=True,
-                 random_state=None, options=None, verbose=0, distributed="auto"):
+    def __init__(self, sigmas: int | ArrayLike = 30, *, kernel: str | Kernel = "rbf",
+                 cv: int | Iterable[ArrayLike] = 10,
+                 learning_rate: float | Literal["auto"] = "auto", max_iter: int = 10000,
+                 n_iter_no_change: int = 100, validation_loss: str = "huber",
+                 fit_intercept: bool = True,
+                 random_state: int | np.random.RandomState | None = None,
+                 options: Options | None = None, verbose: int = 0,
+                 distributed: bool | Literal["auto", "on", "off"] = "auto") -> None:
         super().__init__(sigmas, kernel=kernel, cv=cv, learning_rate=learning_rate,
                          max_iter=max_iter, n_iter_no_change=n_iter_no_change,
                          validation_loss=validation_loss, fit_intercept=fit_intercept,
                          random_state=random_state, options=options, verbose=verbose,
                          distributed=distributed)
 
-    def _location(self, y):
+    def _location(self, y: torch.Tensor) -> torch.Tensor:
         return torch.quantile(y, 0.5)  # robust: an outlier must not shift every prediction
 
 
 class KernelCoordinateDescentCV(PathCVRegressor):
     _method = "coordinate"
 
-    def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate="auto", max_iter=10000,
-                 n_iter_no_change=100, validation_loss="huber", fit_intercept=True,
-                 random_state=None, options=None, verbose=0, distributed="auto"):
+    def __init__(self, sigmas: int | ArrayLike = 30, *, kernel: str | Kernel = "rbf",
+                 cv: int | Iterable[ArrayLike] = 10,
+                 learning_rate: float | Literal["auto"] = "auto", max_iter: int = 10000,
+                 n_iter_no_change: int = 100, validation_loss: str = "huber",
+                 fit_intercept: bool = True,
+                 random_state: int | np.random.RandomState | None = None,
+                 options: Options | None = None, verbose: int = 0,
+                 distributed: bool | Literal["auto", "on", "off"] = "auto") -> None:
         super().__init__(sigmas, kernel=kernel, cv=cv, learning_rate=learning_rate,
                          max_iter=max_iter, n_iter_no_change=n_iter_no_change,
                          validation_loss=validation_loss, fit_intercept=fit_intercept,
                          random_state=random_state, options=options, verbose=verbose,
                          distributed=distributed)
 
-    def _after_refit(self, path):
+    def _after_refit(self, path: Any) -> None:
         self.support_ = torch.nonzero(path.alpha != 0).reshape(-1).cpu().numpy()
 
 

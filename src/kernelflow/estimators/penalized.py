@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
@@ -15,6 +16,14 @@ from ..solvers.proximal import proximal_gradient
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from .gradient_descent import _drop_zero_weights
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..solvers.proximal import ProximalResult
+    from ..typing import ArrayLike, Output
 
 __all__ = ["PenalizedKernelRegressor"]
 
@@ -94,9 +103,12 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
         **KERNEL_CONSTRAINTS,
     }
 
-    def __init__(self, alpha=1.0, *, penalty="linf", learning_rate="auto", max_iter=10000,
-                 tol=1e-6, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
-                 fit_intercept=True, options=None):
+    def __init__(self, alpha: float = 1.0, *, penalty: Literal["linf", "l1", "l2"] = "linf",
+                 learning_rate: float | Literal["auto"] = "auto", max_iter: int = 10000,
+                 tol: float = 1e-6, kernel: str | Kernel = "rbf",
+                 sigma: ArrayLike | Literal["ard"] | None = None, gamma: float | None = None,
+                 degree: int = 3, coef0: float = 1.0, fit_intercept: bool = True,
+                 options: Options | None = None) -> None:
         self.alpha = alpha
         self.penalty = penalty
         self.learning_rate = learning_rate
@@ -111,7 +123,7 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
         self.options = options
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> Self:
         """Fit the model.
 
         Parameters
@@ -138,14 +150,14 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
         -------
         self : object
         """
-        X, y, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
-        X, y, sw = _drop_zero_weights(X, y, sw)
-        X, y, sw = _merge_duplicates(X, y, sw)
+        Xt, yt, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
+        Xt, yt, sw = _drop_zero_weights(Xt, yt, sw)
+        Xt, yt, sw = _merge_duplicates(Xt, yt, sw)
         if sw is not None and bool((sw == 1).all()):
             sw = None
-        self.kernel_ = self._build_kernel(X)
-        yc, self.intercept_ = self._center_targets(y, sw)
-        op = KernelOperator(self.kernel_, X, options=self._options())
+        self.kernel_ = self._build_kernel(Xt)
+        yc, self.intercept_ = self._center_targets(yt, sw)
+        op = KernelOperator(self.kernel_, Xt, options=self._options())
         K = op.to_dense() if op.fits_in_memory(copies=3) else op
         scale = None
         if sw is not None and self.penalty != "l1":
@@ -159,7 +171,7 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
                                 learning_rate=self.learning_rate, max_iter=self.max_iter,
                                 tol=self.tol, warn=False)
         warn_unconverged(res, self.max_iter, self.tol)
-        self.X_fit_ = X
+        self.X_fit_ = Xt
         self.dual_coef_ = res.alpha if scale is None else \
             res.alpha * (scale if res.alpha.ndim == 1 else scale[:, None])
         nz = res.alpha != 0
@@ -171,7 +183,7 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
         self.kkt_residual_ = float(res.kkt_residual)
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.
 
         Parameters
@@ -185,7 +197,8 @@ class PenalizedKernelRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimat
         return self._kernel_predict(X)
 
 
-def _merge_duplicates(X, y, sw):
+def _merge_duplicates(X: torch.Tensor, y: torch.Tensor, sw: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Merge identical rows (x_i, y_i) into one row whose weight is their summed weight."""
     n = X.shape[0]
     data = torch.cat([X.reshape(n, -1), y.reshape(n, -1).to(X.dtype)], dim=1)
@@ -199,7 +212,7 @@ def _merge_duplicates(X, y, sw):
     return uniq[:, :d].contiguous(), (y_new[:, 0] if y.ndim == 1 else y_new), merged
 
 
-def warn_unconverged(res, max_iter, tol) -> None:
+def warn_unconverged(res: ProximalResult, max_iter: int, tol: float) -> None:
     """Raise scikit-learn's ``ConvergenceWarning`` for a proximal solve that hit ``max_iter``."""
     if not res.converged:
         warnings.warn(

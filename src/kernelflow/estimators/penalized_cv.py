@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from numbers import Integral, Real
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import torch
@@ -21,10 +23,17 @@ from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from .path_cv import bandwidth_grid, cv_folds, grid_kernels
 from .penalized import warn_unconverged
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..typing import ArrayLike, Output
+
 __all__ = ["PenalizedKernelRegressorCV"]
 
 
-def penalty_grid(alphas, penalty: str, y: torch.Tensor) -> np.ndarray:
+def penalty_grid(alphas: int | ArrayLike, penalty: str, y: torch.Tensor) -> np.ndarray:
     """Explicit penalties, or ``n`` log-spaced values lambda_max * [1e-6, 1] (1e-6..10 for l2)."""
     if isinstance(alphas, (int, np.integer)):
         top = float(lambda_max(penalty, y)) if penalty != "l2" else 10.0
@@ -137,9 +146,13 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         **KERNEL_CONSTRAINTS,
     }
 
-    def __init__(self, penalty="linf", *, alphas=10, sigmas=10, kernel="rbf", cv=5,
-                 max_iter=100, tol=1e-4, fit_intercept=True, random_state=None, options=None,
-                 verbose=0, distributed="auto"):
+    def __init__(self, penalty: Literal["linf", "l1", "l2"] = "linf", *,
+                 alphas: int | ArrayLike = 10, sigmas: int | ArrayLike = 10,
+                 kernel: str | Kernel = "rbf", cv: int | Iterable[ArrayLike] = 5,
+                 max_iter: int = 100, tol: float = 1e-4, fit_intercept: bool = True,
+                 random_state: int | np.random.RandomState | None = None,
+                 options: Options | None = None, verbose: int = 0,
+                 distributed: bool | Literal["auto", "on", "off"] = "auto") -> None:
         self.penalty = penalty
         self.alphas = alphas
         self.sigmas = sigmas
@@ -154,7 +167,7 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         self.distributed = distributed
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> Self:
         """Cross-validate bandwidth and penalty, then refit on all of X.
 
         Parameters
@@ -166,25 +179,25 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         -------
         self : object
         """
-        X, y, _, _ = check_X_y(self, X, y, multi_output=False)
+        Xt, yt, _, _ = check_X_y(self, X, y, multi_output=False)
         if not self.fit_intercept:
-            self.intercept_ = torch.zeros((), dtype=y.dtype, device=y.device)
+            self.intercept_ = torch.zeros((), dtype=yt.dtype, device=yt.device)
         elif self.penalty == "linf":
-            self.intercept_ = torch.quantile(y, 0.5)
+            self.intercept_ = torch.quantile(yt, 0.5)
         else:
-            self.intercept_ = y.mean()
-        yc = y - self.intercept_
-        sig = bandwidth_grid(self.sigmas, X)
+            self.intercept_ = yt.mean()
+        yc = yt - self.intercept_
+        sig = bandwidth_grid(self.sigmas, Xt)
         lam = penalty_grid(self.alphas, self.penalty, yc)
         kernels = grid_kernels(self.kernel, sig)
-        folds = cv_folds(self.cv, X.shape[0], self.random_state)
+        folds = cv_folds(self.cv, Xt.shape[0], self.random_state)
         # in a process group: bandwidths spread over the processes (same data on all)
         if self.penalty == "l2":
-            grid_cv, folds = cv_solver(self, krr_grid_cv, X, y, folds)
-            res = grid_cv(X, yc, kernels, lam, folds)
+            grid_cv, folds = cv_solver(self, krr_grid_cv, Xt, yt, folds)
+            res = grid_cv(Xt, yc, kernels, lam, folds)
         else:
-            grid_cv, folds = cv_solver(self, penalized_grid_cv, X, y, folds)
-            res = grid_cv(X, yc, kernels, lam, folds, penalty=self.penalty,
+            grid_cv, folds = cv_solver(self, penalized_grid_cv, Xt, yt, folds)
+            res = grid_cv(Xt, yc, kernels, lam, folds, penalty=self.penalty,
                           max_iter=int(self.max_iter), tol=float(self.tol),
                           verbose=self.verbose)
         i, j = res.best_index
@@ -192,7 +205,7 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         self.cv_mse_ = res.cv_mse.detach().cpu().numpy()
         self.sigma_, self.alpha_ = float(sig[i]), float(lam[j])
         self.kernel_ = kernels[i]
-        op = KernelOperator(self.kernel_, X, options=self._options())
+        op = KernelOperator(self.kernel_, Xt, options=self._options())
         K = op.to_dense() if op.fits_in_memory(copies=3) else op
         if self.penalty == "l2":
             self.dual_coef_ = krr_cholesky(op.to_dense(), yc, self.alpha_)
@@ -205,10 +218,10 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
             self.dual_coef_ = fit.alpha
             self.n_iter_ = int(fit.n_iter)
         self.support_ = torch.nonzero(self.dual_coef_ != 0).reshape(-1).cpu().numpy()
-        self.X_fit_ = X
+        self.X_fit_ = Xt
         return self
 
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.
 
         Parameters

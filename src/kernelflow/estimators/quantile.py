@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from numbers import Real
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from sklearn.utils._param_validation import Interval
 
 from ..solvers.m_estimators import kernel_quantile_mm
 from .huber import _KernelIRLSRegressor
+
+if TYPE_CHECKING:
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..solvers.m_estimators import MEstimateResult
+    from ..typing import ArrayLike
 
 __all__ = ["KernelQuantileRegressor"]
 
@@ -90,9 +97,11 @@ class KernelQuantileRegressor(_KernelIRLSRegressor):
         "quantile": [Interval(Real, 0, 1, closed="neither")],
     }
 
-    def __init__(self, alpha=1.0, *, quantile=0.5, epsilon=1e-5, kernel="rbf", sigma=None,
-                 gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100, tol=1e-5,
-                 options=None):
+    def __init__(self, alpha: float = 1.0, *, quantile: float = 0.5, epsilon: float = 1e-5,
+                 kernel: str | Kernel = "rbf", sigma: ArrayLike | Literal["ard"] | None = None,
+                 gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                 fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-5,
+                 options: Options | None = None) -> None:
         self.alpha = alpha
         self.quantile = quantile
         self.epsilon = epsilon
@@ -109,6 +118,6 @@ class KernelQuantileRegressor(_KernelIRLSRegressor):
     def _location(self, y: torch.Tensor) -> torch.Tensor:
         return torch.quantile(y, float(self.quantile))
 
-    def _solve(self, K, y):
+    def _solve(self, K: torch.Tensor, y: torch.Tensor) -> MEstimateResult:
         return kernel_quantile_mm(K, y, self.alpha, quantile=self.quantile, eps=self.epsilon,
                                   max_iter=self.max_iter, tol=self.tol)

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Literal
+
 from ..solvers.m_estimators import TUKEY_C, kernel_tukey_irls
 from .huber import _KernelIRLSRegressor
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..solvers.m_estimators import MEstimateResult
+    from ..typing import ArrayLike
 
 __all__ = ["KernelTukeyRegressor"]
 
@@ -77,9 +87,11 @@ class KernelTukeyRegressor(_KernelIRLSRegressor):
     (True, 0.98)
     """
 
-    def __init__(self, alpha=1.0, *, epsilon=TUKEY_C, kernel="rbf", sigma=None, gamma=None,
-                 degree=3, coef0=1.0, fit_intercept=True, max_iter=100, tol=1e-5,
-                 options=None):
+    def __init__(self, alpha: float = 1.0, *, epsilon: float = TUKEY_C,
+                 kernel: str | Kernel = "rbf", sigma: ArrayLike | Literal["ard"] | None = None,
+                 gamma: float | None = None, degree: int = 3, coef0: float = 1.0,
+                 fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-5,
+                 options: Options | None = None) -> None:
         self.alpha = alpha
         self.epsilon = epsilon
         self.kernel = kernel
@@ -92,6 +104,6 @@ class KernelTukeyRegressor(_KernelIRLSRegressor):
         self.tol = tol
         self.options = options
 
-    def _solve(self, K, y):
+    def _solve(self, K: torch.Tensor, y: torch.Tensor) -> MEstimateResult:
         return kernel_tukey_irls(K, y, self.alpha, c=self.epsilon, max_iter=self.max_iter,
                                  tol=self.tol)
