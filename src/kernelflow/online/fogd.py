@@ -87,8 +87,9 @@ class FOGD(OnlineRegressorBase):
         "random_state": [Interval(Integral, 0, None, closed="left")],
     }
 
-    def __init__(self, n_components=1000, *, sigma=1.0, learning_rate=None, n_rounds=None,
-                 random_state=0):
+    def __init__(self, n_components: int = 1000, *, sigma: float = 1.0,
+                 learning_rate: float | None = None, n_rounds: int | None = None,
+                 random_state: int = 0) -> None:
         self.n_components = n_components
         self.sigma = sigma
         self.learning_rate = learning_rate

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from numbers import Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.linalg import cholesky, solve_triangular
@@ -14,6 +15,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
 from ._updates import KORS, RecursiveAWV, chol_append, single_thread_blas
+
+if TYPE_CHECKING:
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
 
 __all__ = ["PKAWVNystrom"]
 
@@ -129,9 +134,13 @@ class PKAWVNystrom(OnlineRegressorBase):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, alpha=1.0, *, kernel="rbf", sigma=1.0, gamma=None, degree=3, coef0=1.0,
-                 mu=1.0, eps=0.5, beta=1.0, kors_weights="inverse", dictionary="kors",
-                 known_inputs=False, cholesky_insert="border", awv=True, random_state=None):
+    def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
+                 sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
+                 degree: int = 3, coef0: float = 1.0,
+                 mu: float = 1.0, eps: float = 0.5, beta: float = 1.0,
+                 kors_weights: str = "inverse", dictionary: str = "kors",
+                 known_inputs: bool = False, cholesky_insert: str = "border", awv: bool = True,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -426,7 +435,7 @@ class PKAWVNystrom(OnlineRegressorBase):
             return y_krr
         return y_krr / (1.0 + quad)
 
-    def learn_one(self, x, y):
+    def learn_one(self, x: dict, y: float) -> None:
         if self.known_inputs and not hasattr(self, "n_rounds_"):
             raise ValueError("known_inputs=True needs the inputs first: call fit or partial_fit")
         super().learn_one(x, y)

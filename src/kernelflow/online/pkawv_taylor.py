@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -13,6 +14,9 @@ from ..operators import memory_budget
 from ..utils._finite import MemoryBudgetError
 from ._base import OnlineRegressorBase
 from ._updates import RecursiveAWV, single_thread_blas
+
+if TYPE_CHECKING:
+    from ..typing import ArrayLike
 
 __all__ = ["PKAWVTaylor"]
 
@@ -105,8 +109,9 @@ class PKAWVTaylor(OnlineRegressorBase):
         "center": [None, StrOptions({"first_batch", "auto"}), "array-like"],
     }
 
-    def __init__(self, alpha=1.0, *, sigma=1.0, degree=2, awv=True, feature_mode="compact",
-                 center=None):
+    def __init__(self, alpha: float = 1.0, *, sigma: float = 1.0, degree: int = 2,
+                 awv: bool = True, feature_mode: str = "compact",
+                 center: str | ArrayLike | None = None) -> None:
         self.alpha = alpha
         self.sigma = sigma
         self.degree = degree

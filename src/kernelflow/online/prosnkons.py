@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from numbers import Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.utils import check_random_state
@@ -12,6 +13,10 @@ from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
 from ._updates import KORS
 from .pkawv_nystrom import _inv_sqrt_psd
+
+if TYPE_CHECKING:
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
 
 __all__ = ["ProsNKONS"]
 
@@ -93,9 +98,12 @@ class ProsNKONS(OnlineRegressorBase):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, alpha=1.0, *, kernel="rbf", sigma=1.0, gamma=None, degree=3, coef0=1.0,
-                 mu=1.0, eps=0.5, beta=1.0, kors_weights="inverse", eta=1.0, C=1.0,
-                 random_state=None):
+    def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
+                 sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
+                 degree: int = 3, coef0: float = 1.0,
+                 mu: float = 1.0, eps: float = 0.5, beta: float = 1.0,
+                 kors_weights: str = "inverse", eta: float = 1.0, C: float = 1.0,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
