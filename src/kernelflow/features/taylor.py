@@ -158,7 +158,13 @@ class _TaylorMap:
             out[a:b] = out[self.parent[a:b]] * z[self.var[a:b]] * self.scale[a:b]
         return out
 
-    def batch(self, X: ArrayLike) -> Output:
+    @overload
+    def batch(self, X: np.ndarray) -> np.ndarray: ...
+
+    @overload
+    def batch(self, X: torch.Tensor) -> torch.Tensor: ...
+
+    def batch(self, X: Output) -> Output:
         """Features of the rows of ``X`` (n, d): NumPy in, NumPy out; torch in, torch out."""
         if torch.is_tensor(X):
             Z = X / self.sigma

@@ -149,13 +149,13 @@ class KernelAWV(OnlineRegressorBase):
         self.coef0 = coef0
         self.awv = awv
 
-    def _reset(self, d):
+    def _reset(self, d: int) -> None:
         self.kernel_ = self._make_kernel()
         self.X_seen_ = np.zeros((256, d))
         self._chol = GrowingCholeskyInverse()
         self._pending = None
 
-    def _begin(self, x):
+    def _begin(self, x: np.ndarray) -> float:
         t = self._chol.n
         if t >= self.X_seen_.shape[0]:
             grown = np.zeros((2 * t, x.shape[0]))
@@ -167,10 +167,10 @@ class KernelAWV(OnlineRegressorBase):
         self.X_seen_[t] = x
         return y_krr * lam / delta2 if self.awv else y_krr
 
-    def _end(self, y):
+    def _end(self, y: float) -> None:
         self._chol.set_label(y)
 
-    def _predict_rows(self, X):
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         t = self._chol.n
         if t == 0:
             return np.zeros(X.shape[0])
