@@ -13,9 +13,16 @@ import logging
 import sys
 import time
 import warnings
+from collections.abc import Collection, Container, Hashable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from .utils._text import format_seconds, format_table, parse_value
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
+    from sklearn.base import BaseEstimator
 
 __all__ = ["main", "build_parser", "CLIError"]
 
@@ -28,14 +35,14 @@ class CLIError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line instead of usage + message
+    def error(self, message: str) -> NoReturn:  # one line instead of usage + message
         raise CLIError(f"{message} (see '{self.prog} --help')")
 
 
 # ---------------------------------------------------------------------------------------------
 # data
 # ---------------------------------------------------------------------------------------------
-def read_table(source: str):
+def read_table(source: str) -> tuple[pd.DataFrame, str | None]:
     """Read a CSV/TSV/Parquet file, or a bundled data set written ``dataset:NAME``."""
     import pandas as pd
 
@@ -71,7 +78,7 @@ def read_table(source: str):
     return df, None
 
 
-def index_columns(df, exclude=()) -> list:
+def index_columns(df: pd.DataFrame, exclude: Collection[Hashable] = ()) -> list[Hashable]:
     """Columns that look like a row index rather than a feature.
 
     An R ``rownames`` column, an unnamed column (pandas calls it ``Unnamed: k``, e.g. the index
@@ -90,7 +97,7 @@ def index_columns(df, exclude=()) -> list:
     import numpy as np
     import pandas as pd
 
-    out = []
+    out: list[Hashable] = []
     n = len(df)
     for col in df.columns:
         if col in exclude:
@@ -108,8 +115,9 @@ def index_columns(df, exclude=()) -> list:
     return out
 
 
-def split_xy(df, target: str | None, *, features=None, drop=(), source="data",
-             keep_index_columns=False):
+def split_xy(df: pd.DataFrame, target: str | None, *, features: Sequence[str] | None = None,
+             drop: Sequence[str] = (), source: str = "data",
+             keep_index_columns: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
     """Select numeric features and the target column with clear errors.
 
     Index-like columns (:func:`index_columns`) are left out with a note on standard error
@@ -157,7 +165,7 @@ def _note(message: str) -> None:
 _OVERFLOW_LIMIT = 1e150
 
 
-def _check_overflow(X, source="data"):
+def _check_overflow(X: pd.DataFrame, source: str = "data") -> None:
     """Refuse values that overflow float64 (read as inf) or whose squares would overflow."""
     import numpy as np
 
@@ -183,13 +191,13 @@ def _check_overflow(X, source="data"):
             )
 
 
-def _is_numeric(series) -> bool:
+def _is_numeric(series: pd.Series) -> bool:
     import pandas as pd
 
     return bool(pd.api.types.is_numeric_dtype(series))
 
 
-def check_numeric(X, source="data"):
+def check_numeric(X: pd.DataFrame, source: str = "data") -> None:
     bad = [str(c) for c in X.columns if not _is_numeric(X[c])]
     if bad:
         shown = ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else "")
@@ -206,7 +214,8 @@ def check_numeric(X, source="data"):
         )
 
 
-def _subsample(X, y, max_rows, seed):
+def _subsample(X: pd.DataFrame, y: np.ndarray, max_rows: int | None,
+               seed: int) -> tuple[pd.DataFrame, np.ndarray]:
     if max_rows is None or len(X) <= max_rows:
         return X, y
     import numpy as np
@@ -219,7 +228,8 @@ def _subsample(X, y, max_rows, seed):
 # ---------------------------------------------------------------------------------------------
 # models
 # ---------------------------------------------------------------------------------------------
-def parse_params(items, models=None) -> dict:
+def parse_params(items: Iterable[str] | None,
+                 models: Container[str] | None = None) -> dict[str | None, dict[str, Any]]:
     """Parse ``key=value`` (or ``model:key=value``) pairs into ``{scope: {key: value}}``.
 
     Unscoped pairs land under the key ``None``.
@@ -229,13 +239,13 @@ def parse_params(items, models=None) -> dict:
     >>> parse_params(["alpha=0.1", "sign_gradient:sigma=2"], models={"sign_gradient"})
     {None: {'alpha': 0.1}, 'sign_gradient': {'sigma': 2}}
     """
-    out: dict = {}
+    out: dict[str | None, dict[str, Any]] = {}
     for item in items or ():
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise CLIError(f"--param expects key=value, got {item!r}")
         key = key.strip()
-        scope = None
+        scope: str | None = None
         if ":" in key:
             scope, key = key.split(":", 1)
             if models is not None and scope not in models:
@@ -244,7 +254,8 @@ def parse_params(items, models=None) -> dict:
     return out
 
 
-def build_model(name: str, params: dict, *, scale: bool, verbose: int = 0):
+def build_model(name: str, params: dict[str, Any], *, scale: bool,
+                verbose: int = 0) -> BaseEstimator:
     from kernelflow.registry import get_estimator_class, make_estimator
 
     try:
@@ -267,13 +278,13 @@ def build_model(name: str, params: dict, *, scale: bool, verbose: int = 0):
     return model
 
 
-def _is_classifier(model) -> bool:
+def _is_classifier(model: BaseEstimator) -> bool:
     from sklearn.base import is_classifier
 
     return is_classifier(model)
 
 
-def _default_scoring(model):
+def _default_scoring(model: BaseEstimator) -> list[str]:
     if _is_classifier(model):
         return ["accuracy"]
     return ["r2", "neg_root_mean_squared_error", "neg_mean_absolute_error"]
@@ -291,7 +302,7 @@ def _score_sign(name: str) -> float:
 # ---------------------------------------------------------------------------------------------
 # output
 # ---------------------------------------------------------------------------------------------
-def _one_line(exc) -> str:
+def _one_line(exc: BaseException | str) -> str:
     msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
     msg = " ".join(str(msg).split())
     return msg if len(msg) < 600 else msg[:597] + "..."
@@ -300,7 +311,7 @@ def _one_line(exc) -> str:
 # ---------------------------------------------------------------------------------------------
 # commands
 # ---------------------------------------------------------------------------------------------
-def cmd_list(args) -> int:
+def cmd_list(args: argparse.Namespace) -> int:
     from kernelflow.registry import ESTIMATORS, available_estimators
 
     ok = available_estimators()
@@ -315,7 +326,7 @@ def cmd_list(args) -> int:
     return 0
 
 
-def cmd_fit(args) -> int:
+def cmd_fit(args: argparse.Namespace) -> int:
     from kernelflow.io import save_model
 
     X, y = _read_xy(args)
@@ -359,7 +370,7 @@ def cmd_fit(args) -> int:
     return 0
 
 
-def _read_xy(args):
+def _read_xy(args: argparse.Namespace) -> tuple[pd.DataFrame, np.ndarray]:
     df, default_target = read_table(args.data)
     args.target = args.target or default_target
     X, y = split_xy(df, args.target, features=_split_list(args.features),
@@ -368,7 +379,8 @@ def _read_xy(args):
     return _subsample(X, y, args.max_rows, args.seed)
 
 
-def _plot_fit(model, X, y, path, *, title, ylabel="y", unit=None):
+def _plot_fit(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, path: str, *, title: str,
+              ylabel: str = "y", unit: str | None = None) -> None:
     from kernelflow.plotting import (
         plot_estimator_path,
         plot_fit_1d,
@@ -386,7 +398,8 @@ def _plot_fit(model, X, y, path, *, title, ylabel="y", unit=None):
     if X.shape[1] == 1:
         import pandas as pd
 
-        def on_grid(grid):  # keep the column name the model was fitted with
+        def on_grid(grid: np.ndarray) -> np.ndarray:
+            # keep the column name the model was fitted with
             return model.predict(pd.DataFrame(grid, columns=X.columns))
 
         fig = plot_fit_1d(X.to_numpy(), y, {title: on_grid}, xlabel=str(X.columns[0]),
@@ -400,7 +413,7 @@ def _plot_fit(model, X, y, path, *, title, ylabel="y", unit=None):
     print(f"wrote plot {save_figure(fig, path)}")
 
 
-def cmd_predict(args) -> int:
+def cmd_predict(args: argparse.Namespace) -> int:
     import numpy as np
     import pandas as pd
 
@@ -438,7 +451,9 @@ def cmd_predict(args) -> int:
     return 0
 
 
-def _cross_validate(model, X, y, cv, scoring, seed, return_estimator=False):
+def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: int,
+                    scoring: list[str], seed: int,
+                    return_estimator: bool = False) -> dict[str, Any]:
     from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
 
     if cv < 2:
@@ -451,7 +466,7 @@ def _cross_validate(model, X, y, cv, scoring, seed, return_estimator=False):
                           return_estimator=return_estimator)
 
 
-def cmd_evaluate(args) -> int:
+def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
     X, y = _read_xy(args)
@@ -472,7 +487,8 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def _shared_setting(X, y, args):
+def _shared_setting(X: pd.DataFrame, y: np.ndarray,
+                    args: argparse.Namespace) -> tuple[str, float, float, list[str]]:
     """The kernel, bandwidth and penalty every compared model gets (unless set per model)."""
     import numpy as np
 
@@ -484,7 +500,7 @@ def _shared_setting(X, y, args):
         from sklearn.preprocessing import StandardScaler
 
         Xs = StandardScaler().fit_transform(Xs)
-    notes = []
+    notes: list[str] = []
     sigma = args.sigma
     if sigma is None:
         sigma = float(median_heuristic(Xs))
@@ -508,7 +524,8 @@ def _shared_setting(X, y, args):
     return kernel, float(sigma), float(alpha), notes
 
 
-def _configure(name, cls, kernel, sigma, alpha):
+def _configure(name: str, cls: type, kernel: str, sigma: float,
+               alpha: float) -> dict[str, Any]:
     """Parameters giving ``cls`` the shared kernel, bandwidth and penalty where it has them."""
     valid = set(cls().get_params(deep=False))
     module = cls.__module__
@@ -519,7 +536,7 @@ def _configure(name, cls, kernel, sigma, alpha):
         return {"kernel": "rbf", "gamma": 1.0 / (2.0 * sigma**2), "alpha": alpha}
     if module.startswith("sklearn."):  # linear models: the same penalty on the weights
         return {"alpha": alpha} if "alpha" in valid and "huber" not in name else {}
-    params = {}
+    params: dict[str, Any] = {}
     if "kernel" in valid:
         params["kernel"] = kernel
     if "sigma" in valid:
@@ -531,14 +548,14 @@ def _configure(name, cls, kernel, sigma, alpha):
     return params
 
 
-def _median(values):
+def _median(values: Iterable[float | None]) -> float | None:
     import numpy as np
 
     v = [float(x) for x in values if x is not None]
     return float(np.median(v)) if v else None
 
 
-def _describe(name, estimators):
+def _describe(name: str, estimators: Sequence[BaseEstimator]) -> tuple[str, str, str]:
     """(kernel, bandwidth, penalty) strings of the models fitted on the folds."""
     import math
 
@@ -578,7 +595,7 @@ def _describe(name, estimators):
     return kernel, "-" if sig is None else f"{sig:.3g}", pen
 
 
-def cmd_compare(args) -> int:
+def cmd_compare(args: argparse.Namespace) -> int:
     import numpy as np
 
     from kernelflow.registry import get_estimator_class
@@ -689,7 +706,7 @@ def environment_report() -> list[tuple[str, str]]:
     ]
 
 
-def cmd_info(args) -> int:
+def cmd_info(args: argparse.Namespace) -> int:
     if args.model is None:
         rows = environment_report()
         width = max(len(k) for k, _ in rows)
@@ -699,7 +716,7 @@ def cmd_info(args) -> int:
     return _model_info(args)
 
 
-def _model_info(args) -> int:
+def _model_info(args: argparse.Namespace) -> int:
     from kernelflow.io import read_metadata
 
     if not Path(args.model).exists():
@@ -720,7 +737,7 @@ def _model_info(args) -> int:
     return 0
 
 
-def _nbytes(info) -> int:
+def _nbytes(info: dict[str, Any]) -> int:
     import math
 
     import numpy as np
@@ -728,7 +745,7 @@ def _nbytes(info) -> int:
     return int(np.dtype(info["dtype"]).itemsize * math.prod(info["shape"]))
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from kernelflow.demo import run_demo
 
     if not 0.0 <= args.outliers < 0.5:
@@ -748,11 +765,11 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _split_list(value):
+def _split_list(value: str | Sequence[str] | None) -> list[str]:
     if not value:
         return []
     if isinstance(value, (list, tuple)):
-        out = []
+        out: list[str] = []
         for v in value:
             out.extend(_split_list(v))
         return out
@@ -762,7 +779,7 @@ def _split_list(value):
 # ---------------------------------------------------------------------------------------------
 # parser and entry point
 # ---------------------------------------------------------------------------------------------
-def _add_data_args(p, *, model=True):
+def _add_data_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("data", help="CSV or Parquet file, or dataset:NAME (e.g. dataset:concrete)")
     p.add_argument("--target", "-t", help="name of the target column")
     p.add_argument("--features", help="comma-separated feature columns (default: all others)")
@@ -781,7 +798,8 @@ def _add_data_args(p, *, model=True):
 
 
 class _VersionAction(argparse.Action):
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
         rows = environment_report()
         print(f"{PROG} {rows[0][1]}")
         print("; ".join(f"{k} {v.split(' (')[0]}" for k, v in rows[1:6]))
@@ -860,11 +878,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None):
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
     print(f"{PROG}: warning: {category.__name__}: {_one_line(message)}", file=sys.stderr)
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
     Errors are reported as one line on standard error: exit code 2 for a wrong command line,

@@ -17,6 +17,17 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import os
+
+    import numpy as np
+    from matplotlib.figure import Figure
+    from sklearn.base import BaseEstimator
+
+    from kernelflow.typing import ArrayLike
 
 __all__ = ["run_demo", "demo_figure"]
 
@@ -27,7 +38,8 @@ UNITS = {"concrete": "MPa", "diamonds": "log-USD", "flights": "min", "mcycle": "
          "boston": "kUSD"}
 
 
-def _demo_models(sigma, seed, learning_rate, verbose):
+def _demo_models(sigma: float, seed: int, learning_rate: float,
+                 verbose: int) -> list[tuple[str, BaseEstimator]]:
     """(label, estimator) pairs of the demo; the robust method is the first available."""
     from sklearn.kernel_approximation import Nystroem
     from sklearn.kernel_ridge import KernelRidge as SkKernelRidge
@@ -37,7 +49,7 @@ def _demo_models(sigma, seed, learning_rate, verbose):
     from kernelflow.estimators import KernelRidgeCV
 
     gamma = 1.0 / (2.0 * sigma**2)  # scikit-learn's rbf parameter for the same kernel
-    models = []
+    models: list[tuple[str, BaseEstimator]] = []
     try:
         from kernelflow.estimators.sign_gradient import KernelSignGradient
 
@@ -56,8 +68,10 @@ def _demo_models(sigma, seed, learning_rate, verbose):
     return models
 
 
-def run_demo(*, dataset="concrete", outlier_fraction=0.2, seed=0, n_train=None,
-             plot="kernelflow-demo.png", verbose=0, test_fraction=0.3, quiet=False):
+def run_demo(*, dataset: str = "concrete", outlier_fraction: float = 0.2, seed: int = 0,
+             n_train: int | None = None,
+             plot: str | os.PathLike[str] | None = "kernelflow-demo.png", verbose: int = 0,
+             test_fraction: float = 0.3, quiet: bool = False) -> list[dict[str, Any]]:
     """Robust kernel regression on a real data set with injected outliers; prints a table.
 
     Protocol: a random ``test_fraction`` of the rows is held out *clean*; the features are
@@ -129,8 +143,9 @@ def run_demo(*, dataset="concrete", outlier_fraction=0.2, seed=0, n_train=None,
         f"{unit or 'its own units'}); {len(train)} training rows with {n_out} gross outliers "
         f"({100 * outlier_fraction:.0f}%), {len(test)} clean test rows; Gaussian kernel, "
         f"sigma = {sigma:.3g} (median heuristic) for every method")
-    rows, preds = [], {}
-    alpha = None
+    rows: list[dict[str, Any]] = []
+    preds: dict[str, np.ndarray] = {}
+    alpha: float | None = None
     for label, model in _demo_models(sigma, seed, lr, verbose):
         if alpha is not None and "same kernel and lambda" in label:
             model.set_params(alpha=alpha)
@@ -172,7 +187,9 @@ def run_demo(*, dataset="concrete", outlier_fraction=0.2, seed=0, n_train=None,
     return rows
 
 
-def demo_figure(y_true, preds, rows, *, dataset="concrete", unit="", outlier_fraction=0.2):
+def demo_figure(y_true: ArrayLike, preds: Mapping[str, ArrayLike], rows: list[dict[str, Any]], *,
+                dataset: str = "concrete", unit: str = "",
+                outlier_fraction: float = 0.2) -> Figure:
     """The demo's figure: predictions on the clean test set, and the clean-test RMSE per method.
 
     Both panels use one colour per method (:func:`kernelflow.plotting.method_color`).

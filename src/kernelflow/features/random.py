@@ -29,6 +29,7 @@ import hashlib
 import math
 import struct
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -37,6 +38,9 @@ from kernelflow.kernels import (
     Linear,
     Polynomial,
 )
+
+if TYPE_CHECKING:
+    from kernelflow.typing import ArrayLike
 
 __all__ = [
     "ArcCosine",
@@ -74,14 +78,14 @@ class ArcCosine(Kernel):
            [0.5, 1. ]])
     """
 
-    def __init__(self, order=1):
+    def __init__(self, order: int = 1) -> None:
         self.order = order
 
-    def validate(self):
+    def validate(self) -> None:
         if self.order not in (0, 1, 2):
             raise ValueError(f"ArcCosine: order must be 0, 1 or 2, got {self.order!r}.")
 
-    def _block(self, P1, P2):
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         n1 = P1.norm(dim=1, keepdim=True)
         n2 = P2.norm(dim=1, keepdim=True)
         denom = (n1 * n2.T).clamp_min(torch.finfo(P1.dtype).tiny)
@@ -97,7 +101,7 @@ class ArcCosine(Kernel):
             J = 3.0 * sin * cos + pt * (1.0 + 2.0 * cos * cos)
         return (n1 * n2.T) ** self.order * J / math.pi
 
-    def diag(self, X):
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
         self.validate()
         return (X * X).sum(1) ** self.order * (3.0 if self.order == 2 else 1.0)
 
@@ -143,11 +147,12 @@ class FeatureBlock:
 
     kind: str
     n_features: int
-    params: dict = field(default_factory=dict)
+    params: dict[str, torch.Tensor] = field(default_factory=dict)
     norm: float = 1.0
     n_blocks: int = 1
 
-    def to(self, dtype=None, device=None) -> FeatureBlock:
+    def to(self, dtype: torch.dtype | None = None,
+           device: torch.device | str | None = None) -> FeatureBlock:
         """Cast float parameters (integer ones keep their dtype)."""
         p = {
             k: v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
@@ -158,17 +163,19 @@ class FeatureBlock:
     def nbytes(self) -> int:
         return sum(v.numel() * v.element_size() for v in self.params.values())
 
-    def _params_like(self, X):
+    def _params_like(self, X: torch.Tensor) -> dict[str, torch.Tensor]:
         return {
             k: v.to(device=X.device, dtype=X.dtype if v.is_floating_point() else v.dtype)
             for k, v in self.params.items()
         }
 
-    def _trig_parts(self, X, p):
+    def _trig_parts(self, X: torch.Tensor,
+                    p: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         Z = X @ p["W"]  # (n, B*m), block-major frequencies
         return torch.cos(Z), torch.sin(Z)
 
-    def _raw(self, X, p):  # non-trig kinds, without the normalisation
+    def _raw(self, X: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        # non-trig kinds, without the normalisation
         if self.kind == _ARCCOS:
             Z = X @ p["W"]
             n = int(p["order"])
@@ -184,7 +191,8 @@ class FeatureBlock:
             return out
         raise ValueError(f"Unknown feature kind {self.kind!r}.")
 
-    def _split(self, A):  # (B*r, C) block-major -> cos part, sin part, each (B*m, C)
+    def _split(self, A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # (B*r, C) block-major -> cos part, sin part, each (B*m, C)
         B = self.n_blocks
         A = A.reshape(B, 2, -1, A.shape[-1])
         return A[:, 0].reshape(-1, A.shape[-1]), A[:, 1].reshape(-1, A.shape[-1])
@@ -220,7 +228,7 @@ class FeatureBlock:
         return (self._raw(X, p).T @ G).mul_(self.norm)
 
 
-def supports_random_features(kernel) -> bool:
+def supports_random_features(kernel: object) -> bool:
     """Whether :func:`sample_block` has a real feature map for ``kernel``.
 
     Examples
@@ -237,7 +245,7 @@ def supports_random_features(kernel) -> bool:
 _SUPPORTED = (Linear, Polynomial, ArcCosine)
 
 
-def _maclaurin_weights(kernel, d):
+def _maclaurin_weights(kernel: Linear | Polynomial, d: int) -> list[float]:
     # Dot-product kernel as sum_n a_n <x, x'>^n.
     if isinstance(kernel, Linear):
         return [0.0, 1.0]
@@ -252,7 +260,8 @@ def _maclaurin_weights(kernel, d):
     return [math.comb(p, n) * g**n * c ** (p - n) for n in range(p + 1)]
 
 
-def sample_block(kernel, n_input: int, n_features: int, seed: int, block_index: int):
+def sample_block(kernel: Kernel, n_input: int, n_features: int, seed: int,
+                 block_index: int) -> FeatureBlock:
     """Draw block ``block_index`` of stream ``seed``: the parameters of ``n_features`` features.
 
     The result depends only on ``(kernel, n_input, n_features, seed, block_index)``. Cost
@@ -341,7 +350,8 @@ def concat_blocks(blocks: list[FeatureBlock]) -> FeatureBlock:
     return FeatureBlock(b0.kind, sum(b.n_features for b in blocks), params, b0.norm, n_blocks)
 
 
-def random_features(kernel, X, seed: int, block_index: int, n_features: int) -> torch.Tensor:
+def random_features(kernel: Kernel, X: ArrayLike, seed: int, block_index: int,
+                    n_features: int) -> torch.Tensor:
     """Features ``Φ_j(X)`` of block ``j = block_index`` of stream ``seed``: ``Φᵀ Φ ≈ k``.
 
     ``E[Φ_j(x)ᵀ Φ_j(x')] = k(x, x')`` with error O(1/√n_features). Calling it again with the same

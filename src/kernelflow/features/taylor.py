@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import math
 from itertools import combinations_with_replacement
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 import torch
 
 from kernelflow.kernels import check_bandwidth
+
+if TYPE_CHECKING:
+    from kernelflow.typing import ArrayLike, Output
 
 __all__ = [
     "n_taylor_features",
@@ -62,7 +66,7 @@ def n_taylor_features(d: int, M: int, *, mode: str = "compact") -> int:
     raise ValueError(f"mode must be 'compact' or 'ordered', got {mode!r}")
 
 
-def _check_dm(d, M):
+def _check_dm(d: int, M: int) -> None:
     if not isinstance(d, int | np.integer) or d < 1:
         raise ValueError(f"d must be a positive integer, got {d!r}")
     if not isinstance(M, int | np.integer) or M < 0:
@@ -104,7 +108,9 @@ def taylor_multi_indices(d: int, M: int) -> np.ndarray:
     return np.asarray(rows, dtype=np.int64).reshape(len(rows), d)
 
 
-def _recursion_plan(d: int, M: int):
+def _recursion_plan(
+    d: int, M: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[tuple[int, int]]]:
     """Parent, variable and scale of each feature: g_k = g_parent · (x_var/σ) · scale.
 
     Adding one to ``k_i`` multiplies ``g_k`` by ``(x_i/σ)/sqrt(k_i + 1)``, so each feature of
@@ -138,7 +144,7 @@ class _TaylorMap:
     Cost: O(r) multiplications per row after the O(d) envelope.
     """
 
-    def __init__(self, d: int, M: int, sigma: float):
+    def __init__(self, d: int, M: int, sigma: float) -> None:
         self.d, self.M, self.sigma = int(d), int(M), float(sigma)
         self.indices, self.parent, self.var, self.scale, self.blocks = _recursion_plan(d, M)
         self.r = len(self.indices)
@@ -152,7 +158,13 @@ class _TaylorMap:
             out[a:b] = out[self.parent[a:b]] * z[self.var[a:b]] * self.scale[a:b]
         return out
 
-    def batch(self, X):
+    @overload
+    def batch(self, X: np.ndarray) -> np.ndarray: ...
+
+    @overload
+    def batch(self, X: torch.Tensor) -> torch.Tensor: ...
+
+    def batch(self, X: Output) -> Output:
         """Features of the rows of ``X`` (n, d): NumPy in, NumPy out; torch in, torch out."""
         if torch.is_tensor(X):
             Z = X / self.sigma
@@ -164,12 +176,12 @@ class _TaylorMap:
             for a, b in self.blocks:
                 out[:, a:b] = out[:, parent[a:b]] * Z[:, var[a:b]] * scale[a:b]
             return out
-        Z = np.asarray(X, dtype=np.float64) / self.sigma
-        out = np.empty((Z.shape[0], self.r))
-        out[:, 0] = np.exp(-0.5 * np.einsum("ij,ij->i", Z, Z))
+        Zn = np.asarray(X, dtype=np.float64) / self.sigma
+        outn = np.empty((Zn.shape[0], self.r))
+        outn[:, 0] = np.exp(-0.5 * np.einsum("ij,ij->i", Zn, Zn))
         for a, b in self.blocks:
-            out[:, a:b] = out[:, self.parent[a:b]] * Z[:, self.var[a:b]] * self.scale[a:b]
-        return out
+            outn[:, a:b] = outn[:, self.parent[a:b]] * Zn[:, self.var[a:b]] * self.scale[a:b]
+        return outn
 
 
 def _ordered_features(X: np.ndarray, sigma: float, M: int) -> np.ndarray:
@@ -184,7 +196,15 @@ def _ordered_features(X: np.ndarray, sigma: float, M: int) -> np.ndarray:
     return np.hstack(cols) * np.exp(-0.5 * np.einsum("ij,ij->i", Z, Z))[:, None]
 
 
-def _centred(X, center, is_torch):
+@overload
+def _centred(X: np.ndarray, center: ArrayLike | None) -> np.ndarray: ...
+
+
+@overload
+def _centred(X: torch.Tensor, center: ArrayLike | None) -> torch.Tensor: ...
+
+
+def _centred(X: Output, center: ArrayLike | None) -> Output:
     """``X - center`` after checking ``center`` (None: X unchanged)."""
     if center is None:
         return X
@@ -192,10 +212,13 @@ def _centred(X, center, is_torch):
     c = np.asarray(center.detach().cpu() if torch.is_tensor(center) else center, dtype=np.float64)
     if c.shape != (d,) or not np.all(np.isfinite(c)):
         raise ValueError(f"center must be a finite vector of length {d}, got shape {c.shape}.")
-    return X - (torch.as_tensor(c, dtype=X.dtype, device=X.device) if is_torch else c)
+    if isinstance(X, torch.Tensor):
+        return X - torch.as_tensor(c, dtype=X.dtype, device=X.device)
+    return X - c
 
 
-def taylor_features(X, *, sigma: float = 1.0, M: int = 2, mode: str = "compact", center=None):
+def taylor_features(X: ArrayLike, *, sigma: float | ArrayLike = 1.0, M: int = 2,
+                    mode: str = "compact", center: ArrayLike | None = None) -> Output:
     """Taylor features ``φ(x) = (g_k(x))_{|k| ≤ M}`` of the Gaussian kernel (paper eq. 6).
 
     Parameters
@@ -231,28 +254,32 @@ def taylor_features(X, *, sigma: float = 1.0, M: int = 2, mode: str = "compact",
     >>> bool(np.abs(Phi @ Phi.T - K).max() < 1e-3)
     True
     """
-    is_torch = torch.is_tensor(X)
-    Xa = X if is_torch else np.asarray(X, dtype=np.float64)
+    Xa: Output = X if torch.is_tensor(X) else np.asarray(X, dtype=np.float64)
     if Xa.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, d), got shape {tuple(Xa.shape)}")
-    Xa = _centred(Xa, center, is_torch)
+    Xa = _centred(Xa, center)
     if not isinstance(sigma, int | float | np.floating):
         # per-feature bandwidths: the Gaussian with ARD is the Gaussian of X / sigma at sigma = 1
         sig = check_bandwidth(sigma, Xa.shape[1])
-        scale = torch.as_tensor(sig, dtype=Xa.dtype, device=Xa.device) if is_torch else sig
-        return taylor_features(Xa / scale, sigma=1.0, M=M, mode=mode)
+        if isinstance(Xa, torch.Tensor):
+            return taylor_features(Xa / torch.as_tensor(sig, dtype=Xa.dtype, device=Xa.device),
+                                   sigma=1.0, M=M, mode=mode)
+        return taylor_features(Xa / sig, sigma=1.0, M=M, mode=mode)
     if not sigma > 0:
         raise ValueError(f"sigma must be a positive number, got {sigma!r}")
     if mode == "ordered":
-        arr = Xa.detach().cpu().double().numpy() if is_torch else Xa
+        arr = Xa.detach().cpu().double().numpy() if isinstance(Xa, torch.Tensor) else Xa
         out = _ordered_features(arr, float(sigma), M)
-        return torch.as_tensor(out, dtype=X.dtype, device=X.device) if is_torch else out
+        if isinstance(X, torch.Tensor):
+            return torch.as_tensor(out, dtype=X.dtype, device=X.device)
+        return out
     if mode != "compact":
         raise ValueError(f"mode must be 'compact' or 'ordered', got {mode!r}")
-    return _TaylorMap(Xa.shape[1], M, sigma).batch(Xa)
+    return _TaylorMap(Xa.shape[1], M, float(sigma)).batch(Xa)
 
 
-def taylor_kernel(X1, X2, *, sigma: float = 1.0, M: int = 2, center=None) -> np.ndarray:
+def taylor_kernel(X1: ArrayLike, X2: ArrayLike, *, sigma: float | ArrayLike = 1.0, M: int = 2,
+                  center: ArrayLike | None = None) -> np.ndarray:
     """Closed form of the truncated kernel ``φ(x)ᵀφ(x')`` (no features built).
 
     ``exp(-(||x||² + ||x'||²)/(2σ²)) Σ_{j ≤ M} (xᵀx'/σ²)^j / j!``, of ``x - center`` and
@@ -266,10 +293,10 @@ def taylor_kernel(X1, X2, *, sigma: float = 1.0, M: int = 2, center=None) -> np.
     >>> float(np.round(taylor_kernel(X, X, M=2)[0, 0], 6))
     0.999668
     """
-    A = _centred(np.asarray(X1, dtype=np.float64), center, False)
-    sigma = check_bandwidth(sigma, A.shape[-1])  # a scalar, or per-feature bandwidths (ARD)
-    A = A / sigma
-    B = _centred(np.asarray(X2, dtype=np.float64), center, False) / sigma
+    A = _centred(np.asarray(X1, dtype=np.float64), center)
+    sig = check_bandwidth(sigma, A.shape[-1])  # a scalar, or per-feature bandwidths (ARD)
+    A = A / sig
+    B = _centred(np.asarray(X2, dtype=np.float64), center) / sig
     G = A @ B.T
     series = np.zeros_like(G)
     term = np.ones_like(G)

@@ -20,6 +20,7 @@ probabilities ``~ min(1, l_i)`` (as the recursive RLS sampler does). Cost
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
@@ -27,10 +28,17 @@ from ._access import GramAccess, KernelGram, as_tensor, check_k
 from ._base import LandmarkSelector, Param, Selection, _generator, _sample_weights
 from .leverage import _block
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
+
 __all__ = ["BLESS", "bless"]
 
 
-def _scores(gram, rows, D, pi, lam, diag):
+def _scores(gram: GramAccess, rows: torch.Tensor, D: torch.Tensor, pi: torch.Tensor, lam: float,
+            diag: torch.Tensor) -> torch.Tensor:
     KUD = _block(gram, rows, D)
     A = _block(gram, D, D) + torch.diag(lam * pi)
     A = (A + A.T) / 2
@@ -41,8 +49,27 @@ def _scores(gram, rows, D, pi, lam, diag):
     return ((diag[rows] - (KR * KUD).sum(1)) / lam).clamp_min(0)
 
 
+@overload
+def bless(gram: GramAccess, k: int, *, q: float = ..., q1: float = ..., q2: float = ...,
+          generator: torch.Generator | None = ...,
+          return_scores: Literal[False] = ...) -> torch.Tensor: ...
+
+
+@overload
+def bless(gram: GramAccess, k: int, *, q: float = ..., q1: float = ..., q2: float = ...,
+          generator: torch.Generator | None = ...,
+          return_scores: Literal[True]) -> tuple[torch.Tensor, torch.Tensor, float]: ...
+
+
+@overload
+def bless(gram: GramAccess, k: int, *, q: float = ..., q1: float = ..., q2: float = ...,
+          generator: torch.Generator | None = ..., return_scores: bool = ...
+          ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, float]: ...
+
+
 def bless(gram: GramAccess, k: int, *, q: float = 2.0, q1: float = 2.0, q2: float = 2.0,
-          generator=None, return_scores: bool = False):
+          generator: torch.Generator | None = None, return_scores: bool = False
+          ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, float]:
     """Coarse-to-fine leverage-score sampling of ``k`` distinct landmarks.
 
     Parameters
@@ -120,12 +147,15 @@ class BLESS(LandmarkSelector):
     _param_spec = {"q": Param("real", 1, low_open=True), "q1": Param("real", 0, low_open=True),
                    "q2": Param("real", 0, low_open=True)}
 
-    def __init__(self, *, q=2.0, q1=2.0, q2=2.0):
+    def __init__(self, *, q: float = 2.0, q1: float = 2.0, q2: float = 2.0) -> None:
         self.q = q
         self.q1 = q1
         self.q2 = q2
 
-    def select(self, X, kernel, k, *, random_state=None) -> Selection:
+    def select(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> Selection:
         X = as_tensor(X)
         k = check_k(k, X.shape[0])
         idx, scores, _ = bless(KernelGram(kernel, X), k, q=self.q, q1=self.q1, q2=self.q2,

@@ -19,11 +19,19 @@ Pivot rules on the residual diagonal ``d = diag(K - F F^T)``:
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from ._access import GramAccess, KernelGram, as_tensor, check_k
 from ._base import LandmarkSelector, Param, Selection, _generator
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +45,10 @@ def pivoted_cholesky(
     rule: str = "random",
     block_size: int = 1,
     generator: torch.Generator | None = None,
-    initial=None,
-    candidates=None,
+    initial: Sequence[int] | torch.Tensor | None = None,
+    candidates: Sequence[int] | torch.Tensor | None = None,
     rtol: float = 1e-12,
-):
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank-``k`` partial Cholesky factor of a PSD matrix seen through ``gram``.
 
     Parameters
@@ -124,9 +132,11 @@ def pivoted_cholesky(
     return F[:, :r], torch.as_tensor(pivots, dtype=torch.long)
 
 
-def _factor_block(G: torch.Tensor, S: list[int], floor: float):
+def _factor_block(G: torch.Tensor, S: list[int],
+                  floor: float) -> tuple[list[int], torch.Tensor]:
     """Cholesky columns of the residual block ``G = E[:, S]`` (pivoted, drops zero pivots)."""
-    acc, cols = [], []
+    acc: list[int] = []
+    cols: list[torch.Tensor] = []
     G = G.clone()
     remaining = list(range(len(S)))
     while remaining:
@@ -150,10 +160,13 @@ class _CholeskySelector(LandmarkSelector):
     rule = "random"
     _param_spec = {"block_size": Param("int", 1)}
 
-    def __init__(self, *, block_size: int = 1):
+    def __init__(self, *, block_size: int = 1) -> None:
         self.block_size = block_size
 
-    def select(self, X, kernel, k, *, random_state=None) -> Selection:
+    def select(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> Selection:
         X = as_tensor(X)
         k = check_k(k, X.shape[0])
         gram = KernelGram(kernel, X)
@@ -184,7 +197,7 @@ class PivotedCholesky(_CholeskySelector):
 
     rule = "greedy"
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.block_size = 1
 
 
@@ -203,7 +216,7 @@ class RPCholesky(_CholeskySelector):
     10
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.block_size = 1
 
 
@@ -227,5 +240,5 @@ class BlockRPCholesky(_CholeskySelector):
     10
     """
 
-    def __init__(self, *, block_size: int = 16):
+    def __init__(self, *, block_size: int = 16) -> None:
         self.block_size = block_size

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -37,6 +38,13 @@ from ._relaxation import (
     trace_gradient,
     w_from_t,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..operators import Options
+    from ..typing import ArrayLike
 
 logger = logging.getLogger(__name__)
 
@@ -86,21 +94,21 @@ class ContinuousResult:
     lam: float
     n_iter: int = 0
     converged: bool = False
-    loss_history: list = field(default_factory=list)
+    loss_history: list[float] = field(default_factory=list)
     path: torch.Tensor | None = None
     n_matvec: int = 0
     method: str = "threshold"
-    probes: list = field(default_factory=list)
+    probes: list[tuple[float, int]] = field(default_factory=list)
 
 
-def _as_gram(K_or_gram) -> GramAccess:
+def _as_gram(K_or_gram: ArrayLike | GramAccess) -> GramAccess:
     if isinstance(K_or_gram, GramAccess):
         return K_or_gram
     return DenseGram(K_or_gram)
 
 
 def continuous_landmarks(
-    K,
+    K: ArrayLike | GramAccess,
     lam: float,
     *,
     loss: str = "frobenius",
@@ -120,7 +128,7 @@ def continuous_landmarks(
     cg_tol: float = 1e-6,
     cg_max_iter: int | None = 100,
     record_path: bool = False,
-    random_state=None,
+    random_state: int | np.random.RandomState | torch.Generator | None = None,
 ) -> ContinuousResult:
     """Algorithm 1 of Mathur, Moka and Botev: one run at a fixed penalty ``lam``.
 
@@ -213,7 +221,7 @@ def continuous_landmarks(
     v = torch.zeros(n, dtype=dtype, device=dev)
     beta1, beta2, eps_adam = 0.9, 0.999, 1e-7
     path = [t_full.clone()] if record_path else None
-    history = []
+    history: list[float] = []
     n_matvec, calm, converged, it = 0, 0, False, 0
     for it in range(1, max_iter + 1):  # noqa: B007 - n_iter is reported
         if active.numel() == 0:
@@ -254,7 +262,7 @@ def continuous_landmarks(
             active = active[~dead]
         change = float((t_new - t_full).abs().max())
         t_full = t_new
-        if record_path:
+        if path is not None:  # record_path
             path.append(t_full.clone())
         calm = calm + 1 if change <= tol else 0
         if calm >= n_iter_no_change:
@@ -263,7 +271,7 @@ def continuous_landmarks(
     support = torch.nonzero(t_full > threshold).flatten()
     return ContinuousResult(
         support=support, t=t_full, lam=float(lam), n_iter=it, converged=converged,
-        loss_history=history, path=torch.stack(path) if record_path else None,
+        loss_history=history, path=torch.stack(path) if path is not None else None,
         n_matvec=n_matvec,
     )
 
@@ -286,15 +294,15 @@ def _initial_lambda(gram: GramAccess, k: int, loss: str, gen: torch.Generator) -
 
 
 def search_lambda(
-    K,
+    K: ArrayLike | GramAccess,
     k: int,
     *,
     loss: str = "frobenius",
     lam_init: float | None = None,
     max_search: int = 12,
     k_tol: float = 0.0,
-    random_state=None,
-    **kwargs,
+    random_state: int | np.random.RandomState | torch.Generator | None = None,
+    **kwargs: Any,
 ) -> ContinuousResult:
     """Search ``lam`` so that Algorithm 1 selects exactly ``k`` columns.
 
@@ -328,8 +336,12 @@ def search_lambda(
     k = check_k(k, gram.n)
     gen = _generator(random_state)
     lam = float(lam_init) if lam_init is not None else _initial_lambda(gram, k, loss, gen)
-    lo = hi = None  # lo: (lam, size) with size > k ; hi: (lam, size) with size < k
-    best_over, best_under, probes = None, None, []
+    # lo: (lam, size) with size > k ; hi: (lam, size) with size < k
+    lo: tuple[float, int] | None = None
+    hi: tuple[float, int] | None = None
+    best_over: ContinuousResult | None = None
+    best_under: ContinuousResult | None = None
+    probes: list[tuple[float, int]] = []
     for _ in range(max_search):
         res = continuous_landmarks(gram, lam, loss=loss, random_state=gen, **kwargs)
         size = int(res.support.numel())
@@ -368,6 +380,8 @@ def search_lambda(
         best_over.support, best_over.method, best_over.probes = top, "top-k", probes
         logger.info("lambda search missed k=%d; keeping the top-k of a larger run", k)
         return best_over
+    if best_under is None:  # no probe was run
+        raise ValueError(f"max_search must be at least 1, got {max_search}.")
     res = best_under
     res.support = _complete(gram, res.support, k)
     res.method, res.probes = "completed", probes
@@ -375,7 +389,7 @@ def search_lambda(
     return res
 
 
-def _extrapolate(probes, k, lam, *, up: bool) -> float:
+def _extrapolate(probes: list[tuple[float, int]], k: int, lam: float, *, up: bool) -> float:
     """Next ``lam`` while ``|s|`` is on one side of ``k``: a log-log secant through the last
     two probes when they differ (sizes behave like a power of ``lam``), else a factor 4;
     the step is kept between a factor 1.5 and 100."""
@@ -430,7 +444,10 @@ def _complete(gram: GramAccess, chosen: torch.Tensor, k: int) -> torch.Tensor:
     return idx.sort().values
 
 
-def continuous_column_subset(A, k: int, *, random_state=None, **kwargs) -> ContinuousResult:
+def continuous_column_subset(
+    A: ArrayLike, k: int, *,
+    random_state: int | np.random.RandomState | torch.Generator | None = None, **kwargs: Any,
+) -> ContinuousResult:
     """Column subset selection of ``A`` (``m x n``) by the continuous method.
 
     Minimises the relaxation of ``||A - P_s A||_F^2`` (trace loss on ``K = A^T A``, products
@@ -450,7 +467,8 @@ def continuous_column_subset(A, k: int, *, random_state=None, **kwargs) -> Conti
     return search_lambda(gram, k, loss="trace", random_state=random_state, **kwargs)
 
 
-def gram_for(X, kernel, *, cache: bool = True, options=None) -> KernelGram:
+def gram_for(X: torch.Tensor, kernel: Kernel, *, cache: bool = True,
+             options: Options | None = None) -> KernelGram:
     """Kernel access on points ``X`` (stored once when it fits the memory budget)."""
     return KernelGram(kernel, X, cache=cache, options=options)
 
@@ -528,10 +546,12 @@ class ContinuousSelector(LandmarkSelector):
         "cache": Param("bool"),
     }
 
-    def __init__(self, *, loss="frobenius", delta=0.1, n_mc=10, learning_rate=0.1,
-                 max_iter=300, threshold=0.5, truncation=1e-3, max_search=12, k_tol=0.1,
-                 lam_init=None, gradient="stochastic", solver="auto", direct_max=1000,
-                 cg_tol=1e-6, cg_max_iter=100, cache=True):
+    def __init__(self, *, loss: str = "frobenius", delta: float = 0.1, n_mc: int = 10,
+                 learning_rate: float = 0.1, max_iter: int = 300, threshold: float = 0.5,
+                 truncation: float = 1e-3, max_search: int = 12, k_tol: float = 0.1,
+                 lam_init: float | None = None, gradient: str = "stochastic",
+                 solver: str = "auto", direct_max: int = 1000, cg_tol: float = 1e-6,
+                 cg_max_iter: int = 100, cache: bool = True) -> None:
         self.loss = loss
         self.delta = delta
         self.n_mc = n_mc
@@ -549,7 +569,10 @@ class ContinuousSelector(LandmarkSelector):
         self.cg_max_iter = cg_max_iter
         self.cache = cache
 
-    def run(self, X, kernel, k, *, random_state=None) -> ContinuousResult:
+    def run(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> ContinuousResult:
         """The full search result (t*, probes, fallback used) for ``k`` landmarks."""
         self._check_params()
         X = check_points(X)
@@ -565,7 +588,10 @@ class ContinuousSelector(LandmarkSelector):
             cg_tol=self.cg_tol, cg_max_iter=self.cg_max_iter,
         )
 
-    def select(self, X, kernel, k, *, random_state=None) -> Selection:
+    def select(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> Selection:
         X = as_tensor(X)
         res = self.run(X, kernel, k, random_state=random_state)
         idx = res.support

@@ -17,11 +17,18 @@ Used with ``L = K`` for Nyström (Derezinski and Mahoney 2021) and ``L = X^T X``
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
 from ._access import DenseGram, GramAccess, check_k, stored_gram
 from ._base import LandmarkSelector, Param, Selection, _generator
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
 
 __all__ = ["KDPP", "sample_kdpp"]
 
@@ -37,7 +44,8 @@ def _log_esp(lam: torch.Tensor, k: int) -> torch.Tensor:
     return E
 
 
-def sample_kdpp(L, k: int, *, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_kdpp(L: ArrayLike | GramAccess, k: int, *,
+                generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one exact sample of the k-DPP with PSD kernel ``L``.
 
     Parameters
@@ -74,7 +82,8 @@ def sample_kdpp(L, k: int, *, generator: torch.Generator | None = None) -> torch
     E = _log_esp(lam, k)
     loglam = torch.log(lam)
     u = torch.rand(gram.n, generator=generator, dtype=A.dtype)
-    chosen, l = [], k
+    chosen: list[int] = []
+    l = k
     for j in range(gram.n, 0, -1):
         if l == 0:
             break
@@ -90,7 +99,7 @@ def sample_kdpp(L, k: int, *, generator: torch.Generator | None = None) -> torch
     # projection DPP by sequential conditioning (randomly pivoted Cholesky on W W^T)
     d = (W * W).sum(1)
     F = torch.zeros(gram.n, k, dtype=A.dtype)
-    items = []
+    items: list[int] = []
     for r in range(k):
         i = int(torch.multinomial(d.clamp_min(0), 1, generator=generator))
         col = W @ W[i] - F[:, :r] @ F[i, :r]
@@ -120,11 +129,14 @@ class KDPP(LandmarkSelector):
 
     _param_spec = {"max_n": Param("int", 1)}
 
-    def __init__(self, *, max_n: int = 5000):
+    def __init__(self, *, max_n: int = 5000) -> None:
         self.max_n = max_n
 
-    def select(self, X, kernel, k, *, random_state=None) -> Selection:
-        X, k, gram = stored_gram(X, kernel, k, max_n=self.max_n, why=(
+    def select(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> Selection:
+        Xt, k, gram = stored_gram(X, kernel, k, max_n=self.max_n, why=(
             "exact k-DPP sampling needs an eigendecomposition of the full kernel"))
         idx = sample_kdpp(gram, k, generator=_generator(random_state))
-        return Selection(indices=idx, centers=X[idx], weights=None)
+        return Selection(indices=idx, centers=Xt[idx], weights=None)

@@ -16,15 +16,24 @@ matrix is needed, as in the paper).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ._access import DenseGram, GramAccess, check_k, stored_gram
 from ._base import LandmarkSelector, Param, Selection
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
+
 __all__ = ["GreedySelector", "greedy_selection"]
 
 
-def greedy_selection(K, k: int, *, criterion: str = "trace", rtol: float = 1e-12):
+def greedy_selection(K: ArrayLike | GramAccess, k: int, *, criterion: str = "trace",
+                     rtol: float = 1e-12) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy forward selection of ``k`` columns of a PSD matrix.
 
     Parameters
@@ -59,7 +68,8 @@ def greedy_selection(K, k: int, *, criterion: str = "trace", rtol: float = 1e-12
     E = gram.to_dense().clone()
     E2 = E @ E
     floor = rtol * float(E.diagonal().max())
-    chosen, gains = [], []
+    chosen: list[int] = []
+    gains: list[float] = []
     for _ in range(k):
         c = E.diagonal()
         ok = c > floor
@@ -108,12 +118,15 @@ class GreedySelector(LandmarkSelector):
     _param_spec = {"criterion": Param("option", options=("trace", "frobenius")),
                    "max_n": Param("int", 1)}
 
-    def __init__(self, *, criterion: str = "trace", max_n: int = 20000):
+    def __init__(self, *, criterion: str = "trace", max_n: int = 20000) -> None:
         self.criterion = criterion
         self.max_n = max_n
 
-    def select(self, X, kernel, k, *, random_state=None) -> Selection:
-        X, k, gram = stored_gram(X, kernel, k, max_n=self.max_n, why=(
+    def select(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> Selection:
+        Xt, k, gram = stored_gram(X, kernel, k, max_n=self.max_n, why=(
             "greedy selection stores two full n x n matrices"))
         idx, _ = greedy_selection(gram, k, criterion=self.criterion)
-        return Selection(indices=idx, centers=X[idx], weights=None)
+        return Selection(indices=idx, centers=Xt[idx], weights=None)

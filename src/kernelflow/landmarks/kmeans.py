@@ -9,23 +9,30 @@ sizes. Cost ``O(n k d)`` per Lloyd iteration; no kernel entries are read.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
 from ._access import as_tensor, check_k
 from ._base import LandmarkSelector, Param, Selection, _generator
 
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["KMeansCenters", "kmeans"]
 
 
-def _sqdist(X, C):
+def _sqdist(X: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
     d = (X * X).sum(1)[:, None] - 2 * X @ C.T + (C * C).sum(1)[None, :]
     return d.clamp_min(0)
 
 
-def _kmeanspp(X, k, gen):
+def _kmeanspp(X: torch.Tensor, k: int, gen: torch.Generator | None) -> torch.Tensor:
     n = X.shape[0]
     first = int(torch.randint(n, (1,), generator=gen))
     C = [X[first]]
@@ -40,8 +47,8 @@ def _kmeanspp(X, k, gen):
     return torch.stack(C)
 
 
-def kmeans(X, k: int, *, n_init: int = 3, max_iter: int = 100, tol: float = 1e-6,
-           generator: torch.Generator | None = None):
+def kmeans(X: ArrayLike, k: int, *, n_init: int = 3, max_iter: int = 100, tol: float = 1e-6,
+           generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Lloyd's k-means with k-means++ seeding.
 
     Returns
@@ -62,7 +69,7 @@ def kmeans(X, k: int, *, n_init: int = 3, max_iter: int = 100, tol: float = 1e-6
     """
     X = as_tensor(X)
     k = check_k(k, X.shape[0])
-    best = None
+    best: tuple[torch.Tensor, torch.Tensor, float] | None = None
     for _ in range(n_init):
         C = _kmeanspp(X, k, generator)
         for _ in range(max_iter):
@@ -84,6 +91,8 @@ def kmeans(X, k: int, *, n_init: int = 3, max_iter: int = 100, tol: float = 1e-6
         inertia = float(D.min(1).values.sum())
         if best is None or inertia < best[2]:
             best = (C, labels, inertia)
+    if best is None:
+        raise ValueError(f"n_init must be at least 1, got {n_init}.")
     return best
 
 
@@ -108,11 +117,14 @@ class KMeansCenters(LandmarkSelector):
 
     _param_spec = {"n_init": Param("int", 1), "max_iter": Param("int", 1)}
 
-    def __init__(self, *, n_init: int = 3, max_iter: int = 100):
+    def __init__(self, *, n_init: int = 3, max_iter: int = 100) -> None:
         self.n_init = n_init
         self.max_iter = max_iter
 
-    def select(self, X, kernel, k, *, random_state=None) -> Selection:
+    def select(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> Selection:
         X = as_tensor(X)
         k = check_k(k, X.shape[0])
         C, labels, _ = kmeans(X, k, n_init=self.n_init, max_iter=self.max_iter,

@@ -16,11 +16,18 @@ variant of the authors' code). Cost ``O(n k^2)`` time and ``O(n k)`` kernel entr
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
 from ._access import GramAccess, KernelGram, as_tensor, check_k
 from ._base import LandmarkSelector, Selection, _generator, _sample_weights
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
 
 __all__ = ["RecursiveRLS", "recursive_rls", "ridge_leverage_scores"]
 
@@ -44,7 +51,25 @@ def _block(gram: GramAccess, rows: torch.Tensor, cols: torch.Tensor) -> torch.Te
     return gram.block(rows, cols)
 
 
-def recursive_rls(gram: GramAccess, k: int, *, generator=None, return_scores: bool = False):
+@overload
+def recursive_rls(gram: GramAccess, k: int, *, generator: torch.Generator | None = ...,
+                  return_scores: Literal[False] = ...) -> torch.Tensor: ...
+
+
+@overload
+def recursive_rls(gram: GramAccess, k: int, *, generator: torch.Generator | None = ...,
+                  return_scores: Literal[True]) -> tuple[torch.Tensor, torch.Tensor, float]: ...
+
+
+@overload
+def recursive_rls(gram: GramAccess, k: int, *, generator: torch.Generator | None = ...,
+                  return_scores: bool = ...
+                  ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, float]: ...
+
+
+def recursive_rls(gram: GramAccess, k: int, *, generator: torch.Generator | None = None,
+                  return_scores: bool = False
+                  ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, float]:
     """Recursive ridge-leverage-score sampling of ``k`` distinct landmarks.
 
     Parameters
@@ -148,7 +173,10 @@ class RecursiveRLS(LandmarkSelector):
     15
     """
 
-    def select(self, X, kernel, k, *, random_state=None) -> Selection:
+    def select(
+        self, X: ArrayLike, kernel: Kernel, k: int, *,
+        random_state: int | np.random.RandomState | torch.Generator | None = None,
+    ) -> Selection:
         X = as_tensor(X)
         k = check_k(k, X.shape[0])
         gram = KernelGram(kernel, X)

@@ -13,9 +13,15 @@ below ``rcond * max`` are dropped, which is the pseudo-inverse the paper writes)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
 import torch
 
 from ._access import DenseGram, GramAccess, as_tensor
+
+if TYPE_CHECKING:
+    from ..typing import ArrayLike
 
 __all__ = [
     "approximation_factor",
@@ -26,7 +32,8 @@ __all__ = [
 ]
 
 
-def nystroem_factor(X, kernel, centers, *, rcond: float = 1e-10) -> torch.Tensor:
+def nystroem_factor(X: ArrayLike, kernel: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    centers: ArrayLike, *, rcond: float = 1e-10) -> torch.Tensor:
     """``F`` with ``F F^T = K_nC K_CC^+ K_Cn`` (shape ``(n, r)``, ``r <= len(centers)``).
 
     Examples
@@ -45,13 +52,13 @@ def nystroem_factor(X, kernel, centers, *, rcond: float = 1e-10) -> torch.Tensor
     return _factor(KnC, kernel(C, C), rcond)
 
 
-def _factor(KnC, KCC, rcond):
+def _factor(KnC: torch.Tensor, KCC: torch.Tensor, rcond: float) -> torch.Tensor:
     s, U = torch.linalg.eigh((KCC + KCC.T) / 2)
     keep = s > rcond * float(s.max().clamp_min(1e-300))
     return KnC @ (U[:, keep] / s[keep].sqrt())
 
 
-def nystroem_errors(K, F: torch.Tensor) -> dict:
+def nystroem_errors(K: ArrayLike | GramAccess, F: torch.Tensor) -> dict[str, float]:
     """Frobenius and trace errors of ``K^ = F F^T`` (no ``n x n`` matrix when lazy).
 
     Parameters
@@ -85,7 +92,8 @@ def _frobenius_sq(gram: GramAccess, block: int = 2048) -> float:
     return total
 
 
-def best_rank_k_errors(K, ks) -> dict:
+def best_rank_k_errors(K: ArrayLike | GramAccess,
+                       ks: Iterable[int]) -> dict[int, dict[str, float]]:
     """Best rank-k errors from the eigenvalues of ``K`` (Eckart-Young), ``O(n^3)``.
 
     Returns ``{k: {"frobenius_sq": sum_{i>k} lam_i^2, "trace": sum_{i>k} lam_i}}``.
@@ -99,7 +107,7 @@ def best_rank_k_errors(K, ks) -> dict:
     """
     Kd = K.to_dense() if isinstance(K, GramAccess) else torch.as_tensor(K)
     lam = torch.linalg.eigvalsh((Kd + Kd.T) / 2).flip(0).clamp_min(0).to(torch.float64)
-    out = {}
+    out: dict[int, dict[str, float]] = {}
     for k in ks:
         tail = lam[int(k):]
         out[int(k)] = {"frobenius_sq": float((tail * tail).sum()), "trace": float(tail.sum())}
@@ -123,7 +131,7 @@ def approximation_factor(error: float, best: float, *, atol: float = 1e-12) -> f
     return error / best
 
 
-def column_subset_error(A, indices) -> float:
+def column_subset_error(A: ArrayLike, indices: ArrayLike) -> float:
     """``||A - P_S A||_F^2`` with ``P_S`` the projector onto the chosen columns (QR).
 
     Examples

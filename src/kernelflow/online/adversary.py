@@ -7,16 +7,23 @@ hindsight, by random candidates refined locally (and optionally polished by L-BF
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from scipy.optimize import minimize
 
 from ._updates import GrowingCholeskyInverse
 
+if TYPE_CHECKING:
+    from ._base import OnlineRegressorBase
+
 __all__ = ["greedy_adversary"]
 
 
-def greedy_adversary(learner, n: int = 80, d: int = 5, *, alpha: float = 1.0, sigma: float = 1.0,
-                     n_candidates: int = 512, polish: bool = True, random_state: int = 0):
+def greedy_adversary(learner: OnlineRegressorBase, n: int = 80, d: int = 5, *, alpha: float = 1.0,
+                     sigma: float = 1.0, n_candidates: int = 512, polish: bool = True,
+                     random_state: int = 0
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Greedy adversarial sequence against ``learner`` (Jézéquel et al. 2019, App. G, Fig. 3).
 
     Cost per round: O(n_candidates · (learner prediction + t²)) plus the polish.
@@ -69,7 +76,7 @@ def greedy_adversary(learner, n: int = 80, d: int = 5, *, alpha: float = 1.0, si
     lam = float(alpha)
     cum_learner = 0.0
 
-    def gain(C, sign, t):
+    def gain(C: np.ndarray, sign: float, t: int) -> np.ndarray:
         """Regret increment for candidates C (N, d) and label ``sign``."""
         if t:
             D = np.maximum((C * C).sum(1)[:, None] + (Xs[:t] ** 2).sum(1)[None] - 2 * C @ Xs[:t].T,
@@ -82,7 +89,7 @@ def greedy_adversary(learner, n: int = 80, d: int = 5, *, alpha: float = 1.0, si
         return (sign - yhat) ** 2 - lam * (sign - m) ** 2 / delta2
 
     for t in range(n):
-        best = (-np.inf, None, None)
+        best: tuple[float, np.ndarray | None, float | None] = (-np.inf, None, None)
         for sign in (-1.0, 1.0):
             C = rng.uniform(-1.0, 1.0, size=(n_candidates, d))
             g = gain(C, sign, t)
@@ -95,13 +102,13 @@ def greedy_adversary(learner, n: int = 80, d: int = 5, *, alpha: float = 1.0, si
             i = int(np.argmax(g))
             if g[i] > best[0]:
                 best = (float(g[i]), C[i].copy(), sign)
+        best_gain, x, y = best
+        assert x is not None and y is not None  # some candidate has a finite gain
         if polish:
-            sign = best[2]
-            res = minimize(lambda x, sign=sign, t=t: -float(gain(x[None], sign, t)[0]), best[1],
+            res = minimize(lambda z, sign=y, t=t: -float(gain(z[None], sign, t)[0]), x,
                            method="L-BFGS-B", bounds=[(-1.0, 1.0)] * d, options={"maxiter": 10})
-            if -res.fun > best[0]:
-                best = (-res.fun, np.asarray(res.x, dtype=np.float64), sign)
-        x, y = best[1], best[2]
+            if -res.fun > best_gain:
+                x = np.asarray(res.x, dtype=np.float64)
         preds[t] = float(learner.progressive_predict(x[None], np.array([y]))[0])
         diff = Xs[:t] - x
         chol.append(np.exp(-0.5 / sigma**2 * np.einsum("ij,ij->i", diff, diff)), 1.0 + lam)

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ..utils._progress import progress
+
+if TYPE_CHECKING:
+    from ..typing import ArrayLike
+    from ._base import OnlineRegressorBase
 
 __all__ = ["ProgressiveResult", "progressive_validation", "iter_chunks"]
 
@@ -40,7 +45,7 @@ class ProgressiveResult:
     elapsed: np.ndarray
     regret: np.ndarray | None = None
     truncated: bool = False
-    info: dict = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def n_rounds(self) -> int:
@@ -52,7 +57,15 @@ class ProgressiveResult:
         return self.n_rounds / total if total > 0 else float("inf")
 
 
-def iter_chunks(X, y, chunk_size: int = 1000):
+class _Rows(Protocol):
+    """Anything with a length and row slices (NumPy, torch, pandas, lists)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, rows: slice, /) -> Any: ...
+
+
+def iter_chunks(X: _Rows, y: _Rows, chunk_size: int = 1000) -> Iterator[tuple[Any, Any]]:
     """Yield ``(X[i:i+c], y[i:i+c])``: an in-memory stand-in for a chunked file reader.
 
     Examples
@@ -65,15 +78,17 @@ def iter_chunks(X, y, chunk_size: int = 1000):
         yield X[i : i + chunk_size], y[i : i + chunk_size]
 
 
-def _loss(y, p, kind):
+def _loss(y: np.ndarray, p: np.ndarray, kind: str) -> np.ndarray:
     if kind == "squared":
         return (y - p) ** 2
     return (np.where(p >= 0, 1.0, -1.0) != np.sign(y)).astype(np.float64)
 
 
-def progressive_validation(learner, stream: Iterable, *, comparator=None, loss: str = "squared",
-                           time_limit: float | None = None, verbose: int = 0
-                           ) -> ProgressiveResult:
+def progressive_validation(learner: OnlineRegressorBase,
+                           stream: Iterable[tuple[ArrayLike, ArrayLike]], *,
+                           comparator: Callable[[np.ndarray], ArrayLike] | ArrayLike | None = None,
+                           loss: str = "squared", time_limit: float | None = None,
+                           verbose: int = 0) -> ProgressiveResult:
     """Play the rounds of ``stream`` with ``learner`` under the strict protocol.
 
     Each chunk ``(X_c, y_c)`` of the stream is validated, then every row is played: the learner
@@ -113,7 +128,10 @@ def progressive_validation(learner, stream: Iterable, *, comparator=None, loss: 
     """
     if loss not in ("squared", "zero_one"):
         raise ValueError(f"loss must be 'squared' or 'zero_one', got {loss!r}")
-    ys, ps, ts, fs = [], [], [], []
+    ys: list[np.ndarray] = []
+    ps: list[np.ndarray] = []
+    ts: list[np.ndarray] = []
+    fs: list[np.ndarray] = []
     offset = 0.0
     truncated = False
     n_done = 0
@@ -124,7 +142,7 @@ def progressive_validation(learner, stream: Iterable, *, comparator=None, loss: 
             stamps = np.empty(Xn.shape[0])
             start = time.perf_counter()
 
-            def clock(t, stamps=stamps, start=start):
+            def clock(t: int, stamps: np.ndarray = stamps, start: float = start) -> None:
                 stamps[t] = time.perf_counter() - start
 
             learner._run(Xn, yn, preds, clock)

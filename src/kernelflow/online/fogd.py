@@ -87,27 +87,28 @@ class FOGD(OnlineRegressorBase):
         "random_state": [Interval(Integral, 0, None, closed="left")],
     }
 
-    def __init__(self, n_components=1000, *, sigma=1.0, learning_rate=None, n_rounds=None,
-                 random_state=0):
+    def __init__(self, n_components: int = 1000, *, sigma: float = 1.0,
+                 learning_rate: float | None = None, n_rounds: int | None = None,
+                 random_state: int = 0) -> None:
         self.n_components = n_components
         self.sigma = sigma
         self.learning_rate = learning_rate
         self.n_rounds = n_rounds
         self.random_state = random_state
 
-    def _reset(self, d):
+    def _reset(self, d: int) -> None:
         D = int(self.n_components)
         self.frequencies_ = _gaussian_frequencies(d, D, float(self.sigma), int(self.random_state))
         self._norm = 1.0 / math.sqrt(D)
         self.coef_ = np.zeros(2 * D)
         self._t = 0
-        self._pending = None
+        self._pending: tuple[np.ndarray, float] | None = None
 
-    def _features(self, X):
+    def _features(self, X: np.ndarray) -> np.ndarray:
         Z = X @ self.frequencies_
         return np.hstack([np.cos(Z), np.sin(Z)]) * self._norm
 
-    def _begin(self, x):
+    def _begin(self, x: np.ndarray) -> float:
         # one row: cos and sin written into one buffer (no hstack, no 2-D temporaries)
         zx = x @ self.frequencies_
         D = zx.shape[0]
@@ -119,7 +120,8 @@ class FOGD(OnlineRegressorBase):
         self._pending = (z, y_hat)
         return y_hat
 
-    def _end(self, y):
+    def _end(self, y: float) -> None:
+        assert self._pending is not None  # set by _begin
         z, y_hat = self._pending
         self._pending = None  # nothing left for the next round's state copy
         self._t += 1
@@ -131,5 +133,5 @@ class FOGD(OnlineRegressorBase):
             eta = 1.0 / math.sqrt(self._t)
         self.coef_ -= (2.0 * eta * (y_hat - y)) * z
 
-    def _predict_rows(self, X):
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         return self._features(X) @ self.coef_

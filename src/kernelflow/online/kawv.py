@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from numbers import Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.utils._param_validation import Interval
@@ -11,10 +12,15 @@ from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
 from ._updates import GrowingCholeskyInverse
 
+if TYPE_CHECKING:
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
+
 __all__ = ["KernelAWV", "online_krr_predictions"]
 
 
-def online_krr_predictions(K: np.ndarray, y: np.ndarray, alpha: float, *, awv: bool = True):
+def online_krr_predictions(K: ArrayLike, y: ArrayLike, alpha: float, *,
+                           awv: bool = True) -> np.ndarray:
     """All the online predictions of exact KRR / Kernel-AWV from one Cholesky of ``K + λI``.
 
     With ``K + λI = LLᵀ`` and ``z = L⁻¹y``, the leading block of L is the factor of the first
@@ -131,8 +137,10 @@ class KernelAWV(OnlineRegressorBase):
 
     _single_thread_rounds = False  # O(t²) gemv per round: threads help
 
-    def __init__(self, alpha=1.0, *, kernel="rbf", sigma=1.0, gamma=None, degree=3, coef0=1.0,
-                 awv=True):
+    def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
+                 sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
+                 degree: int = 3, coef0: float = 1.0,
+                 awv: bool = True) -> None:
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -141,13 +149,13 @@ class KernelAWV(OnlineRegressorBase):
         self.coef0 = coef0
         self.awv = awv
 
-    def _reset(self, d):
+    def _reset(self, d: int) -> None:
         self.kernel_ = self._make_kernel()
         self.X_seen_ = np.zeros((256, d))
         self._chol = GrowingCholeskyInverse()
         self._pending = None
 
-    def _begin(self, x):
+    def _begin(self, x: np.ndarray) -> float:
         t = self._chol.n
         if t >= self.X_seen_.shape[0]:
             grown = np.zeros((2 * t, x.shape[0]))
@@ -159,10 +167,10 @@ class KernelAWV(OnlineRegressorBase):
         self.X_seen_[t] = x
         return y_krr * lam / delta2 if self.awv else y_krr
 
-    def _end(self, y):
+    def _end(self, y: float) -> None:
         self._chol.set_label(y)
 
-    def _predict_rows(self, X):
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         t = self._chol.n
         if t == 0:
             return np.zeros(X.shape[0])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from numbers import Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.linalg import cholesky, solve_triangular
@@ -14,6 +16,13 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
 from ._updates import KORS, RecursiveAWV, chol_append, single_thread_blas
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
+    from ..utils._validation import OutputKind
 
 __all__ = ["PKAWVNystrom"]
 
@@ -129,9 +138,13 @@ class PKAWVNystrom(OnlineRegressorBase):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, alpha=1.0, *, kernel="rbf", sigma=1.0, gamma=None, degree=3, coef0=1.0,
-                 mu=1.0, eps=0.5, beta=1.0, kors_weights="inverse", dictionary="kors",
-                 known_inputs=False, cholesky_insert="border", awv=True, random_state=None):
+    def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
+                 sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
+                 degree: int = 3, coef0: float = 1.0,
+                 mu: float = 1.0, eps: float = 0.5, beta: float = 1.0,
+                 kors_weights: str = "inverse", dictionary: str = "kors",
+                 known_inputs: bool = False, cholesky_insert: str = "border", awv: bool = True,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -149,12 +162,12 @@ class PKAWVNystrom(OnlineRegressorBase):
         self.random_state = random_state
 
     # ---- state --------------------------------------------------------------------------------
-    def _reset(self, d):
+    def _reset(self, d: int) -> None:
         self.kernel_ = self._make_kernel()
         self._kors = KORS(self.mu, self.eps, self.beta, self.kors_weights,
                           check_random_state(self.random_state))
         self.dictionary_ = np.zeros((0, d))
-        self.dictionary_indices_ = []
+        self.dictionary_indices_: list[int] = []
         self._t = 0  # rows of K (past inputs, plus the current one once added)
         self._X = np.zeros((64, d))  # input history
         self._Y = np.zeros(64)  # labels, 0 for the current round
@@ -162,20 +175,21 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._R = np.zeros((0, 0))  # upper, RᵀR + PᵀP = KᵀK + λ K_II (P: pending rows)
         self._q = np.zeros(0)  # KᵀỸ
         self._zq = np.zeros(0)  # R⁻ᵀq
-        self._pend = []  # rows of K not yet absorbed in R
+        self._pend: list[int] = []  # rows of K not yet absorbed in R
         self._C = np.zeros((0, 0))  # R⁻ᵀPᵀ
         self._G = np.zeros((0, 0))  # CᵀC
-        self._fixed = None  # RecursiveAWV on φ̃ in known-inputs mode
-        self._pending = None
+        self._fixed: RecursiveAWV | None = None  # RecursiveAWV on φ̃ in known-inputs mode
+        self._pending: np.ndarray | None = None
         self._played = 0
 
-    def _start(self, X, y, reset):
+    def _start(self, X: ArrayLike, y: ArrayLike,
+               reset: bool) -> tuple[np.ndarray, np.ndarray, OutputKind, torch.dtype]:
         Xn, yn, kind, dtype = super()._start(X, y, reset)
         if self.known_inputs and self._fixed is None:
             self._build_fixed_dictionary(Xn)
         return Xn, yn, kind, dtype
 
-    def _build_fixed_dictionary(self, X):
+    def _build_fixed_dictionary(self, X: np.ndarray) -> None:
         for i, x in enumerate(X):
             b = kernel_block(self.kernel_, self.dictionary_, x[None])[:, 0]
             if self.dictionary == "all" or self._kors.step(b, kernel_diag(self.kernel_, x)):
@@ -185,7 +199,7 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._embed = _inv_sqrt_psd(K_II)
         self._fixed = RecursiveAWV(self.dictionary_.shape[0], float(self.alpha))
 
-    def _ensure_rows(self, n):
+    def _ensure_rows(self, n: int) -> None:
         if n > self._X.shape[0]:
             cap = max(n, 2 * self._X.shape[0])
             for name in ("_X", "_K"):
@@ -203,7 +217,7 @@ class PKAWVNystrom(OnlineRegressorBase):
     # O(mp + p³) (Woodbury); every _flush_at rows, one tpqrt absorbs P into R in O(m²p).
     _flush_at = 64
 
-    def _flush(self):
+    def _flush(self) -> None:
         m, p = self.dictionary_.shape[0], len(self._pend)
         if p and m:
             P = np.asfortranarray(self._K[self._pend, :m])
@@ -218,13 +232,13 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._C = np.zeros((m, 0))
         self._G = np.zeros((0, 0))
 
-    def _rt_solve(self, v):
+    def _rt_solve(self, v: np.ndarray) -> np.ndarray:
         """R⁻ᵀ v (v of shape (m,) or (m, k))."""
         if self._R.shape[0] == 0:
             return np.zeros(v.shape)
         return solve_triangular(self._R, v, trans="T", check_finite=False)
 
-    def _add_rows(self, B):
+    def _add_rows(self, B: np.ndarray) -> None:
         """Rows B (k, m) of the current rounds enter K as pending rows."""
         k, m = B.shape
         rows = list(range(self._t, self._t + k))
@@ -238,7 +252,7 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._C = np.hstack([self._C, CB])
         self._pend.extend(rows)
 
-    def _woodbury(self, cb):
+    def _woodbury(self, cb: np.ndarray) -> float:
         """``bᵀH⁻¹q`` from ``cb = R⁻ᵀb``: ``cb·zq - (Cᵀcb)ᵀ(I + G)⁻¹(Cᵀzq)``."""
         if not self._pend:
             return float(cb @ self._zq)
@@ -247,7 +261,7 @@ class PKAWVNystrom(OnlineRegressorBase):
         Gi = self._G + np.eye(self._G.shape[0])
         return float(cb @ self._zq - u @ np.linalg.solve(Gi, v))
 
-    def _insert(self, x, b, kappa):
+    def _insert(self, x: np.ndarray, b: np.ndarray, kappa: float) -> np.ndarray:
         """x becomes dictionary element m+1: border R, add a column to K, entries to q, C, zq."""
         t, m = self._t, self.dictionary_.shape[0]
         a = kernel_block(self.kernel_, self._X[:t], x[None])[:, 0]  # over the rows of K
@@ -285,7 +299,8 @@ class PKAWVNystrom(OnlineRegressorBase):
         return np.append(b, kappa)
 
     # ---- rounds -------------------------------------------------------------------------------
-    def _run(self, X, y, preds=None, clock=None):
+    def _run(self, X: np.ndarray, y: np.ndarray, preds: np.ndarray | None = None,
+             clock: Callable[[int], None] | None = None) -> None:
         if self._fixed is not None:
             V = kernel_block(self.kernel_, X, self.dictionary_) @ self._embed.T
             with single_thread_blas():
@@ -326,7 +341,8 @@ class PKAWVNystrom(OnlineRegressorBase):
 
     _block = 64
 
-    def _play_block(self, X, y, B, preds, offset, clock):
+    def _play_block(self, X: np.ndarray, y: np.ndarray, B: np.ndarray, preds: np.ndarray | None,
+                    offset: int, clock: Callable[[int], None] | None) -> None:
         """Rounds with a fixed dictionary, all at once (the Woodbury form of the rounds).
 
         The pending rows P (labels y_P) and the block's rows B act as consecutive rounds on top
@@ -369,7 +385,7 @@ class PKAWVNystrom(OnlineRegressorBase):
             for j in range(offset, offset + k):
                 clock(j)
 
-    def _begin(self, x, decision=None):
+    def _begin(self, x: np.ndarray, decision: tuple[bool, float] | None = None) -> float:
         if self._fixed is not None:
             v = self._embed @ kernel_block(self.kernel_, self.dictionary_, x[None])[:, 0]
             return self._fixed.begin(v, self.awv)
@@ -394,12 +410,13 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._pending = b
         return y_hat
 
-    def _end(self, y):
+    def _end(self, y: float) -> None:
         self._played += 1
         if self._fixed is not None:
             self._fixed.end(y)
             return
         b = self._pending
+        assert b is not None  # set by _begin
         self._Y[self._t - 1] = y
         if b.size:
             self._q += y * b
@@ -407,7 +424,7 @@ class PKAWVNystrom(OnlineRegressorBase):
         if len(self._pend) >= self._flush_at:
             self._flush()
 
-    def _predict_rows(self, X):
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         if self._fixed is not None:
             V = kernel_block(self.kernel_, X, self.dictionary_) @ self._embed.T
             return self._fixed.predict_batch(V, self.awv)
@@ -426,7 +443,7 @@ class PKAWVNystrom(OnlineRegressorBase):
             return y_krr
         return y_krr / (1.0 + quad)
 
-    def learn_one(self, x, y):
+    def learn_one(self, x: dict, y: float) -> None:
         if self.known_inputs and not hasattr(self, "n_rounds_"):
             raise ValueError("known_inputs=True needs the inputs first: call fit or partial_fit")
         super().learn_one(x, y)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
@@ -13,6 +15,9 @@ from ..operators import memory_budget
 from ..utils._finite import MemoryBudgetError
 from ._base import OnlineRegressorBase
 from ._updates import RecursiveAWV, single_thread_blas
+
+if TYPE_CHECKING:
+    from ..typing import ArrayLike
 
 __all__ = ["PKAWVTaylor"]
 
@@ -105,8 +110,11 @@ class PKAWVTaylor(OnlineRegressorBase):
         "center": [None, StrOptions({"first_batch", "auto"}), "array-like"],
     }
 
-    def __init__(self, alpha=1.0, *, sigma=1.0, degree=2, awv=True, feature_mode="compact",
-                 center=None):
+    center_: np.ndarray | None
+
+    def __init__(self, alpha: float = 1.0, *, sigma: float = 1.0, degree: int = 2,
+                 awv: bool = True, feature_mode: str = "compact",
+                 center: str | ArrayLike | None = None) -> None:
         self.alpha = alpha
         self.sigma = sigma
         self.degree = degree
@@ -114,13 +122,13 @@ class PKAWVTaylor(OnlineRegressorBase):
         self.feature_mode = feature_mode
         self.center = center
 
-    def _shift(self, X):
+    def _shift(self, X: np.ndarray) -> np.ndarray:
         """X - center_; fixes center_ from the first rows seen with "first_batch"."""
         if isinstance(self.center, str) and self.center_ is None:
             self.center_ = X.reshape(-1, X.shape[-1]).mean(0)
         return X if self.center_ is None else X - self.center_
 
-    def _features(self, X):
+    def _features(self, X: np.ndarray) -> np.ndarray:
         X = self._shift(X)
         if self.feature_mode == "ordered":
             return _ordered_features(X, float(self.sigma), int(self.degree))
@@ -151,7 +159,7 @@ class PKAWVTaylor(OnlineRegressorBase):
             "fewer features, or PKAWVNystrom / KernelAWV for high-dimensional inputs."
         )
 
-    def _reset(self, d):
+    def _reset(self, d: int) -> None:
         self._check_memory(d)
         self.center_ = None
         if self.center is not None and not isinstance(self.center, str):
@@ -169,7 +177,7 @@ class PKAWVTaylor(OnlineRegressorBase):
         self.n_features_out_ = r
         self._awv = RecursiveAWV(r, float(self.alpha))
 
-    def _begin(self, x):
+    def _begin(self, x: np.ndarray) -> float:
         # updates _awv in place: not for the all-or-nothing methods (learn_one uses _learn_row)
         x = self._shift(x)
         if self.feature_mode == "ordered":
@@ -178,10 +186,11 @@ class PKAWVTaylor(OnlineRegressorBase):
             v = self._map.row(x)
         return self._awv.begin(v, self.awv)
 
-    def _end(self, y):
+    def _end(self, y: float) -> None:
         self._awv.end(y)
 
-    def _run(self, X, y, preds=None, clock=None):
+    def _run(self, X: np.ndarray, y: np.ndarray, preds: np.ndarray | None = None,
+             clock: Callable[[int], None] | None = None) -> None:
         # x_t's features do not depend on the state: compute a chunk's at once, then play the
         # rounds in blocks (RecursiveAWV.run_blocked: the same predictions as _begin/_end, each
         # from the earlier labels only; level-3 BLAS instead of two level-2 calls per round)
@@ -192,7 +201,7 @@ class PKAWVTaylor(OnlineRegressorBase):
         self._awv = state
         self.n_rounds_ += X.shape[0]
 
-    def _learn_row(self, x, y):
+    def _learn_row(self, x: np.ndarray, y: float) -> float:
         # the round is played into a new state object and committed by one assignment: an
         # interruption or a refusal before it leaves the current state untouched
         x = self._shift(x)
@@ -203,7 +212,7 @@ class PKAWVTaylor(OnlineRegressorBase):
         yhat, self._awv = self._awv.step(v, y, self.awv)
         return yhat
 
-    def _predict_rows(self, X):
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         return self._awv.predict_batch(self._features(X), self.awv)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from numbers import Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.utils import check_random_state
@@ -12,6 +13,10 @@ from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
 from ._updates import KORS
 from .pkawv_nystrom import _inv_sqrt_psd
+
+if TYPE_CHECKING:
+    from ..kernels import Kernel
+    from ..typing import ArrayLike
 
 __all__ = ["ProsNKONS"]
 
@@ -93,9 +98,14 @@ class ProsNKONS(OnlineRegressorBase):
         "random_state": ["random_state"],
     }
 
-    def __init__(self, alpha=1.0, *, kernel="rbf", sigma=1.0, gamma=None, degree=3, coef0=1.0,
-                 mu=1.0, eps=0.5, beta=1.0, kors_weights="inverse", eta=1.0, C=1.0,
-                 random_state=None):
+    _embed: np.ndarray
+
+    def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
+                 sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
+                 degree: int = 3, coef0: float = 1.0,
+                 mu: float = 1.0, eps: float = 0.5, beta: float = 1.0,
+                 kors_weights: str = "inverse", eta: float = 1.0, C: float = 1.0,
+                 random_state: int | np.random.RandomState | None = None) -> None:
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -110,24 +120,24 @@ class ProsNKONS(OnlineRegressorBase):
         self.C = C
         self.random_state = random_state
 
-    def _reset(self, d):
+    def _reset(self, d: int) -> None:
         self.kernel_ = self._make_kernel()
         self._kors = KORS(self.mu, self.eps, self.beta, self.kors_weights,
                           check_random_state(self.random_state))
         self.dictionary_ = np.zeros((0, d))
         self.n_restarts_ = 0
         self._restart(0)
-        self._pending = None
+        self._pending: tuple[np.ndarray, float] | None = None
 
-    def _restart(self, m):
+    def _restart(self, m: int) -> None:
         self._embed = np.zeros((0, 0)) if m == 0 else self._embed
         self._A_inv = np.eye(m) / float(self.alpha)
         self._w = np.zeros(m)
 
-    def _embedding(self, X):
+    def _embedding(self, X: np.ndarray) -> np.ndarray:
         return kernel_block(self.kernel_, X, self.dictionary_) @ self._embed.T
 
-    def _begin(self, x):
+    def _begin(self, x: np.ndarray) -> float:
         b = kernel_block(self.kernel_, self.dictionary_, x[None])[:, 0]
         if self._kors.step(b, kernel_diag(self.kernel_, x)):
             self.dictionary_ = np.vstack([self.dictionary_, x])
@@ -147,7 +157,8 @@ class ProsNKONS(OnlineRegressorBase):
         self._pending = (v, raw)
         return raw
 
-    def _end(self, y):
+    def _end(self, y: float) -> None:
+        assert self._pending is not None  # set by _begin
         v, y_hat = self._pending
         g = 2.0 * (y_hat - y) * v
         if g.size:
@@ -157,7 +168,7 @@ class ProsNKONS(OnlineRegressorBase):
             self._A_inv -= np.outer(u, u) / (1.0 + float(s @ u))
             self._w -= self._A_inv @ g
 
-    def _predict_rows(self, X):
+    def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         if self.dictionary_.shape[0] == 0:
             return np.zeros(X.shape[0])
         return np.clip(self._embedding(X) @ self._w, -float(self.C), float(self.C))
