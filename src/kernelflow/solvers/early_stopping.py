@@ -15,7 +15,6 @@ paper's choice, or absolute, robust to outlying validation responses) is weighte
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -34,6 +33,7 @@ from .paths import (
     SPECTRAL_MAX_N,
     DivergenceError,
     PathResult,
+    _check_eta,
     _Matrix,
     _out,
     _prepare,
@@ -47,8 +47,9 @@ from .paths import (
     sign_learning_rate,
     spectral_filter,
 )
+from .paths._common import _sample_weight
 from .paths.driver import rule_path
-from .paths.rules import PathRule, _scaled_largest_eigenvalue, as_rule, coordinate_moves
+from .paths.rules import PathRule, _scaled_largest_eigenvalue, as_rule
 from .paths.rules import huber_epsilon as _huber_epsilon
 
 __all__ = [
@@ -192,9 +193,12 @@ def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: to
     and coordinate descent once max|r| <= tol max|y|. Rows of zero weight must be removed by
     the caller. ``callback(k, alpha, r, K_eval alpha)`` gets batch-layout tensors (t, n).
 
-    Cost: gradient descent as :func:`~kernelflow.solvers.paths.gradient_descent_path` on M
-    (dense K; one O(n^2) product per step matrix-free); sign descent O(n) per step plus one row
-    of K per flipped residual sign; coordinate descent one row of K per moved coordinate.
+    Sign and coordinate descent run :func:`~kernelflow.solvers.paths.sign_gradient_path` and
+    :func:`~kernelflow.solvers.paths.coordinate_descent_path` with ``sample_weight``, other
+    rules :func:`~kernelflow.solvers.paths.driver.rule_path`. Cost: gradient descent as
+    :func:`~kernelflow.solvers.paths.gradient_descent_path` on M (dense K; one O(n^2) product
+    per step matrix-free); sign descent O(n) per step plus one row of K per flipped residual
+    sign; coordinate descent one row of K per moved coordinate.
 
     Examples
     --------
@@ -207,111 +211,82 @@ def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: to
     array([ 0.6, -0.3])
     """
     rule = as_rule(path_function)
-    w = sample_weight.to(device=y.device, dtype=K.dtype).reshape(-1)
-    if w.shape[0] != K.shape[0] or not bool((w > 0).all()) or not bool(torch.isfinite(w).all()):
-        raise ValueError("sample_weight must hold one positive finite weight per row of K.")
+    w = _sample_weight(sample_weight, K.shape[0], K.dtype, y.device)
     if rule.name not in _SINGLE:
         return rule_path(rule, K, y, learning_rate=learning_rate, max_iter=max_iter,
                          K_eval=K_eval, callback=callback, sample_weight=w, tol=tol,
                          verbose=verbose)
+    common = dict(learning_rate=learning_rate, max_iter=max_iter, K_eval=K_eval,
+                  callback=callback, tol=tol, verbose=verbose)
+    if rule.name == "sign":
+        return sign_gradient_path(K, y, sample_weight=w, **common)
+    if rule.name == "coordinate":
+        return coordinate_descent_path(K, y, sample_weight=w, **common)
     sq = w.sqrt()
+    if not isinstance(K, torch.Tensor):
+        return _weighted_gradient_matrix_free(K, y, w, momentum=momentum, nesterov=nesterov,
+                                              **common)
+    # plain gradient descent on M = W^1/2 K W^1/2 with targets W^1/2 y; alpha = W^1/2 beta
+    M = sq[:, None] * K * sq[None, :]
+    Ke = None if K_eval is None else _Matrix(K_eval, "K_eval").to_dense() * sq[None, :]
+    cb = None
+    if callback is not None:
+        def cb(k, beta, resid, ev):
+            return callback(k, beta * sq, resid / sq, ev)
     Y2 = y.reshape(y.shape[0], -1).to(K.dtype)
-    if rule.name == "gradient" and isinstance(K, torch.Tensor):
-        M = sq[:, None] * K * sq[None, :]
-        Ke = None if K_eval is None else _Matrix(K_eval, "K_eval").to_dense() * sq[None, :]
-        cb = None
-        if callback is not None:
-            def cb(k, beta, resid, ev):
-                return callback(k, beta * sq, resid / sq, ev)
-        res = gradient_descent_path(M, (sq[:, None] * Y2).reshape(y.shape),
-                                    learning_rate=learning_rate, max_iter=max_iter,
-                                    momentum=momentum, nesterov=nesterov, method=method,
-                                    K_eval=Ke, callback=cb, tol=tol, eigh=eigh, verbose=verbose)
-        scale = sq if y.ndim == 1 else sq[:, None]
-        return PathResult(alpha=res.alpha * scale, residual=res.residual / scale,
-                          n_iter=res.n_iter, learning_rate=res.learning_rate,
-                          eval_predictions=res.eval_predictions,
-                          stopped_by_callback=res.stopped_by_callback)
-    kind = rule.name
+    res = gradient_descent_path(M, (sq[:, None] * Y2).reshape(y.shape),
+                                learning_rate=learning_rate, max_iter=max_iter,
+                                momentum=momentum, nesterov=nesterov, method=method,
+                                K_eval=Ke, callback=cb, tol=tol, eigh=eigh, verbose=verbose)
+    scale = sq if y.ndim == 1 else sq[:, None]
+    return PathResult(alpha=res.alpha * scale, residual=res.residual / scale,
+                      n_iter=res.n_iter, learning_rate=res.learning_rate,
+                      eval_predictions=res.eval_predictions,
+                      stopped_by_callback=res.stopped_by_callback)
+
+
+def _weighted_gradient_matrix_free(K, y, w, *, learning_rate, max_iter, K_eval, callback, tol,
+                                   momentum, nesterov, verbose) -> PathResult:
+    """Weighted gradient descent ``alpha += gamma v + eta W r`` for a matrix-free K.
+
+    The residual is recomputed as y - K alpha after every step (one product with K); the
+    step is checked against s_max(W^1/2 K W^1/2).
+    """
     Km, Y, Em = _prepare(K, y, K_eval)
-    if learning_rate != "auto":
-        eta = float(learning_rate)
-        if not (eta > 0 and math.isfinite(eta)):
-            raise ValueError(f"learning_rate must be a positive finite number, got {eta}.")
-        if kind == "gradient":
-            check_gradient_learning_rate(eta, _weighted_s_max(K, sq), momentum, nesterov)
-    elif kind == "gradient":
-        s_max = _weighted_s_max(K, sq)
-        eta = 1.0 / s_max if s_max > 0 else 1.0
-    elif kind == "sign":
-        s_max = _weighted_s_max(K, sq)
-        rms = float(((w[:, None] * Y2.square()).sum() / (w.sum() * Y2.shape[1])).sqrt())
-        eta = 0.01 * (rms if rms > 0 else 1.0) / (s_max if s_max > 0 else 1.0)
+    sq = w.sqrt()
+    s_max = _weighted_s_max(K, sq)
+    if learning_rate == "auto":
+        eta = gradient_learning_rate(K, s_max=s_max)
     else:
-        eta = coordinate_learning_rate(K, y)
+        eta = _check_eta(learning_rate)
+        check_gradient_learning_rate(eta, s_max, momentum, nesterov)
     B = Y.shape[0]
     alpha = torch.zeros_like(Y)
     R = Y.clone()
     E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
     stopped = callback is not None and bool(callback(0, alpha, R, E))
     y_norm = torch.linalg.vector_norm(sq * Y, dim=-1)
-    y_max = Y.abs().amax(dim=-1)
-    if kind == "sign":
-        S = torch.sign(R)
-        Q = Km.rmatmul(S * w)  # K W sign(r)
-        QE = None if Em is None else Em.rmatmul(S * w)
     prev = alpha.clone()
     k = 0
-    bar = progress(total=max_iter, desc=f"weighted {kind} descent", verbose=verbose)
+    bar = progress(total=max_iter, desc="weighted gradient descent", verbose=verbose)
     while not stopped and k < max_iter:
-        if kind == "coordinate":
-            moves = coordinate_moves(R, tol, y_max)
-            if moves is None:  # zero residual (or below tol): the path has stopped
-                break
-            mask, idx = moves
-            delta = eta * w[idx] * torch.sign(R[:, idx]) * mask[:, idx]
-            alpha[:, idx] += delta
-            R = R - delta @ Km.columns_t(idx, symmetric=True)
-            if E is not None:
-                E = E + delta @ Em.columns_t(idx)
-        else:
-            if tol > 0 and bool((torch.linalg.vector_norm(sq * R, dim=-1)
-                                 <= tol * y_norm).all()):
-                break
-            if kind == "sign":
-                alpha = alpha + eta * w * S
-                R = R - eta * Q
-                if E is not None:
-                    E = E + eta * QE
-                S_new = torch.sign(R)
-                idx = torch.nonzero((S_new != S).any(dim=0)).reshape(-1)
-                if idx.numel() * 4 > Y.shape[1]:
-                    Q = Km.rmatmul(S_new * w)
-                    QE = None if Em is None else Em.rmatmul(S_new * w)
-                elif idx.numel():
-                    dS = (S_new - S)[:, idx] * w[idx]
-                    Q = Q + dS @ Km.columns_t(idx, symmetric=True)
-                    if QE is not None:
-                        QE = QE + dS @ Em.columns_t(idx)
-                S = S_new
-            else:
-                v = momentum * (alpha - prev)
-                R_at = Y - Km.rmatmul(alpha + v) if (nesterov and momentum) else R
-                prev, alpha = alpha, alpha + v + eta * w * R_at
-                R = Y - Km.rmatmul(alpha)
-                if E is not None:
-                    E = Em.rmatmul(alpha)
-                if not bool(torch.isfinite(R).all()) or bool(
-                        (torch.linalg.vector_norm(sq * R, dim=-1) > 1e6 * (y_norm + 1)).any()):
-                    raise DivergenceError(f"weighted gradient descent diverged with "
-                                          f"learning_rate={eta:.4g}; lower it.")
+        if tol > 0 and bool((torch.linalg.vector_norm(sq * R, dim=-1) <= tol * y_norm).all()):
+            break
+        v = momentum * (alpha - prev)
+        R_at = Y - Km.rmatmul(alpha + v) if (nesterov and momentum) else R
+        prev, alpha = alpha, alpha + v + eta * w * R_at
+        R = Y - Km.rmatmul(alpha)
+        if E is not None:
+            E = Em.rmatmul(alpha)
+        if not bool(torch.isfinite(R).all()) or bool(
+                (torch.linalg.vector_norm(sq * R, dim=-1) > 1e6 * (y_norm + 1)).any()):
+            raise DivergenceError(f"weighted gradient descent diverged with "
+                                  f"learning_rate={eta:.4g}; lower it.")
         k += 1
         bar.update()
         if callback is not None and callback(k, alpha, R, E):
             stopped = True
     bar.close()
-    if not bool(torch.isfinite(R).all()):
-        raise DivergenceError(f"weighted {kind} descent produced a non-finite residual.")
     return PathResult(alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
                       eval_predictions=None if E is None else _out(E, y),
                       stopped_by_callback=stopped)
@@ -590,7 +565,7 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     elif sw is None:
         eta = sign_learning_rate(K, y)
     else:
-        eta = weighted_path(sign_gradient_path, K, y, sw, max_iter=0).learning_rate
+        eta = sign_learning_rate(K, y, sample_weight=sw.to(K.dtype))
     kw = dict(path_kwargs, learning_rate=eta, verbose=verbose)
 
     def run(K_, y_, w_, **more):

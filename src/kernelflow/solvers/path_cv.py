@@ -51,6 +51,7 @@ from .grid_cv import fold_masks
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .paths import DivergenceError
 from .paths.rules import as_rule, huber_epsilon
+from .paths.spectral import ChunkedSpectralFilter
 
 __all__ = [
     "PathCVResult",
@@ -128,10 +129,9 @@ class _SpectralGD:
 
     For fold f the training block of K is diag(m_f) K diag(m_f) = U diag(s) U^T (validation
     rows and columns zeroed, so their eigenvalues are 0 and y has no weight there) and
-    alpha_k = U phi_k(s) U^T y with phi_k(s) = (1 - q^k) / s, q = 1 - eta s (``spectral_filter``
-    of :mod:`.paths`), hence K_val alpha_k = (K_val U) (phi_k(s) * U^T y). The factors
-    1 - q^k of a chunk come from a table of 1 - q^j, j <= c, built once, so a chunk costs one
-    batched product.
+    alpha_k = U phi_k(s) U^T y with the filter phi_k of :mod:`.paths.spectral`, hence
+    K_val alpha_k = (K_val U) (phi_k(s) * U^T y); the filter of a chunk of steps comes from
+    :class:`~.paths.spectral.ChunkedSpectralFilter`, so a chunk costs one batched product.
     """
 
     def __init__(self, K, y, train, val_idx, eta, chunk):
@@ -142,35 +142,19 @@ class _SpectralGD:
         b = (U * (y * train).reshape(1, F, n, 1)).sum(-2)  # U^T y: (G, F, n)
         rows = K[:, val_idx.reshape(-1), :].reshape(G, F, val_idx.shape[1], n)
         self.W = torch.matmul(rows, U)  # K_val U: (G, F, n_val, n)
-        zero = s <= 0
-        self.b_over_s = torch.where(zero, torch.zeros_like(b), b / torch.where(zero, 1.0, s))
-        # directions with s = 0 grow linearly: phi_k = k eta
-        self.v0 = torch.matmul(self.W, (b * zero).unsqueeze(-1))[..., 0]  # (G, F, n_val)
-        # 1 - q^j for j = 1..chunk, accurate for tiny eta s (log1p/expm1), and q^j
-        x = (eta * s).unsqueeze(-1)
-        j = torch.arange(1, chunk + 1, dtype=s.dtype, device=s.device)
-        small = x < 0.5
-        accurate = -torch.expm1(j * torch.log1p(-torch.where(small, x, torch.zeros_like(x))))
-        self.qtab = (1.0 - x) ** j
-        self.ntab = torch.where(small, accurate, 1.0 - self.qtab)
-        self.q0 = torch.ones_like(s)  # q^{k0}
-        self.n0 = torch.zeros_like(s)  # 1 - q^{k0}, kept without cancellation
+        self.filter = ChunkedSpectralFilter(s, b, eta, chunk)
+        # directions with s = 0 grow linearly (phi_k = k eta): projected once
+        self.v0 = torch.matmul(self.W, (b * self.filter.zero).unsqueeze(-1))[..., 0]
         self.yv = y[val_idx]  # (F, n_val)
-        self.eta = eta
 
     def keep(self, mask):
-        for name in ("W", "b_over_s", "v0", "qtab", "ntab", "q0", "n0"):
-            setattr(self, name, getattr(self, name)[mask])
+        self.W, self.v0 = self.W[mask], self.v0[mask]
+        self.filter.keep(mask)
 
-    def val_mse(self, k0, c, weights, loss="squared", eps=None):
-        # 1 - q^{k0 + j} = (1 - q^{k0}) + q^{k0} (1 - q^j): a sum of non-negative terms
-        N = torch.addcmul(self.n0.unsqueeze(-1), self.q0.unsqueeze(-1), self.ntab[..., :c])
-        coef = N.mul_(self.b_over_s.unsqueeze(-1))
+    def val_mse(self, c, weights, loss="squared", eps=None):
+        coef, t = self.filter.next(c)  # (G, F, n, c), (c,)
         P = torch.matmul(self.W, coef)  # (G, F, n_val, c)
-        its = torch.arange(k0 + 1, k0 + c + 1, dtype=P.dtype, device=P.device)
-        P += (self.eta * its) * self.v0.unsqueeze(-1)
-        self.n0 = self.n0 + self.q0 * self.ntab[..., c - 1]
-        self.q0 = self.q0 * self.qtab[..., c - 1]
+        P += t * self.v0.unsqueeze(-1)
         eps = None if eps is None else eps.reshape(-1, 1, 1)
         err = _pointwise_loss(P - self.yv.unsqueeze(-1), loss, eps).mul_(weights.unsqueeze(-1))
         return err.sum(-2).permute(2, 0, 1)  # (c, G, F)
@@ -248,7 +232,7 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
     while k < max_iter and ids.numel() > 0:
         c = min(chunk, max_iter - k)
         if spectral:
-            M = state.val_mse(k, c, weights_val, loss, eps)
+            M = state.val_mse(c, weights_val, loss, eps)
         else:
             yt = y * train_g
             for j in range(c):

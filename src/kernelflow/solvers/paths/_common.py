@@ -74,6 +74,17 @@ def _prepare(K, y, K_eval):
     return Km, Y, Em
 
 
+def _sample_weight(sample_weight, n: int, dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor | None:
+    """Positive finite weights of shape (n,) in ``dtype`` on ``device``, or None."""
+    if sample_weight is None:
+        return None
+    w = sample_weight.to(device=device, dtype=dtype).reshape(-1)
+    if w.shape[0] != n or not bool((w > 0).all()) or not bool(torch.isfinite(w).all()):
+        raise ValueError("sample_weight must hold one positive finite weight per row of K.")
+    return w
+
+
 def _out(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # batch layout (t, n) -> like y
     return A.T.reshape(A.shape[1], *y.shape[1:]) if y.ndim == 2 else A[0]
 

@@ -20,6 +20,7 @@ from ._common import (
     _check_eta,
     _path_result,
     _prepare,
+    _sample_weight,
 )
 from .rules import PathRule, as_rule, largest_eigenvalue, weighted_largest_eigenvalue
 
@@ -69,11 +70,7 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
     rule = as_rule(rule)
     Km, Y, Em = _prepare(K, y, K_eval)
     n = Km.shape[0]
-    w = None
-    if sample_weight is not None:
-        w = sample_weight.to(device=Y.device, dtype=Y.dtype).reshape(-1)
-        if w.shape[0] != n or not bool((w > 0).all()) or not bool(torch.isfinite(w).all()):
-            raise ValueError("sample_weight must hold one positive finite weight per row of K.")
+    w = _sample_weight(sample_weight, n, Y.dtype, Y.device)
     bounded = rule.max_step(1.0) < float("inf")
     s_max = None
     if learning_rate == "auto" or bounded:

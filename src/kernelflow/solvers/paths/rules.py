@@ -206,12 +206,15 @@ def _rms(Y: torch.Tensor) -> float:
 
 
 def sign_learning_rate(K, y: torch.Tensor, resolution: float = 0.01,
-                       s_max: float | None = None) -> float:
+                       s_max: float | None = None,
+                       sample_weight: torch.Tensor | None = None) -> float:
     """Default sign-descent step ``resolution * rms(y) / s_max(K)``.
 
     One step changes the fitted values by ``eta ||K sign(r)||_2 <= eta s_max sqrt(n)``, i.e. by at
     most ``resolution ||y||_2``. Sign descent cannot diverge (|alpha_i| <= k eta), so this only sets
-    the resolution of the path; the paper's fixed 0.01 remains available.
+    the resolution of the path; the paper's fixed 0.01 remains available. With positive
+    ``sample_weight`` w it is the step of the repeated-row problem: the weighted root mean square
+    of y over s_max(W^1/2 K W^1/2) (:func:`weighted_largest_eigenvalue`).
 
     Examples
     --------
@@ -219,6 +222,12 @@ def sign_learning_rate(K, y: torch.Tensor, resolution: float = 0.01,
     >>> round(sign_learning_rate(torch.eye(4, dtype=torch.float64), torch.ones(4)), 4)
     0.01
     """
+    if sample_weight is not None:
+        w = sample_weight.reshape(-1)
+        Y = y.reshape(y.shape[0], -1).to(w.dtype)
+        rms = float(((w[:, None] * Y.square()).sum() / (w.sum() * Y.shape[1])).sqrt())
+        s = weighted_largest_eigenvalue(K, w) if s_max is None else float(s_max)
+        return resolution * (rms if rms > 0 else 1.0) / (s if s > 0 else 1.0)
     # Only sets the resolution, so a rough estimate (10 products when matrix-free) suffices.
     s = largest_eigenvalue(K, n_iter=10) if s_max is None else float(s_max)
     return resolution * _rms(y) / (s if s > 0 else 1.0)

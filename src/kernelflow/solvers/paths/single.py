@@ -17,6 +17,7 @@ from ._common import (
     _out,
     _path_result,
     _prepare,
+    _sample_weight,
 )
 from ._operator import _Matrix
 from .rules import (
@@ -184,13 +185,15 @@ def gradient_descent_path(
 def sign_gradient_path(
     K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, K_eval=None,
     callback: Callback | None = None, record_path: bool = False, incremental: bool = True,
-    tol: float = 0.0, verbose: int = 0,
+    tol: float = 0.0, sample_weight: torch.Tensor | None = None, verbose: int = 0,
 ) -> PathResult:
     """Kernel sign gradient descent from alpha_0 = 0: ``alpha_{k+1} = alpha_k + eta sign(r_k)``.
 
     sign(0) = 0, so a coordinate whose residual is exactly zero does not move. Every alpha_i moves
     by exactly 0 or eta per step, so ||alpha_k||_inf <= k eta (Prop 5.1: the path of the
-    l-infinity constrained problem with radius t = k eta when K is diagonal).
+    l-infinity constrained problem with radius t = k eta when K is diagonal). With sample weights
+    the step is ``alpha += eta W sign(r)``, W = diag(w): |alpha_i| <= k eta w_i, and an integer
+    weight acts as repeating the row.
 
     Parameters
     ----------
@@ -206,7 +209,10 @@ def sign_gradient_path(
         instead of a full product per step (O(n^2)); a full product is used when more than a
         quarter of the signs flip.
     tol : float, default=0.0
-        Stop once ||r_k||_2 <= tol ||y||_2.
+        Stop once ||W^1/2 r_k||_2 <= tol ||W^1/2 y||_2 (W = I without weights).
+    sample_weight : tensor of shape (n,), optional
+        Positive finite weights. "auto" then is the step of the repeated-row problem
+        (:func:`sign_learning_rate` with the weights).
 
     Returns
     -------
@@ -222,31 +228,42 @@ def sign_gradient_path(
     array([ 0.3, -0.5,  0. ])
     """
     Km, Y, Em = _prepare(K, y, K_eval)
-    eta = sign_learning_rate(K, y) if learning_rate == "auto" else _check_eta(learning_rate)
-    if callback is None and not record_path and incremental and tol == 0:
+    n = Km.shape[0]
+    w = _sample_weight(sample_weight, n, Y.dtype, Y.device)
+    eta = sign_learning_rate(K, y, sample_weight=w) if learning_rate == "auto" else \
+        _check_eta(learning_rate)
+    if callback is None and not record_path and incremental and tol == 0 and w is None:
         fast = _native_path("sign", Km, Y, Em, y, eta, max_iter, "sign gradient descent")
         if fast is not None:
             return fast
-    n = Km.shape[0]
     B = Y.shape[0]
+    sq = None if w is None else w.sqrt()
+    ew = None if w is None else eta * w  # the step of each row
     alpha = torch.zeros_like(Y)
     R = Y.clone()
     S = torch.sign(R)
-    Q = Km.rmatmul(S)  # K sign(r), batch layout
+    Q = Km.rmatmul(S if w is None else S * w)  # K W sign(r), batch layout
     E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
-    QE = None if Em is None else Em.rmatmul(S)
+    QE = None if Em is None else Em.rmatmul(S if w is None else S * w)
     path = [alpha.clone()] if record_path else None
     stopped = callback is not None and bool(callback(0, alpha, R, E))
-    y_norm = torch.linalg.vector_norm(Y, dim=-1)
+    y_norm = torch.linalg.vector_norm(Y if sq is None else sq * Y, dim=-1)
     k = 0
     bar = progress(total=max_iter, desc="sign gradient descent", verbose=verbose)
     while not stopped and k < max_iter:
-        if tol > 0 and bool((torch.linalg.vector_norm(R, dim=-1) <= tol * y_norm).all()):
+        if tol > 0 and bool((torch.linalg.vector_norm(R if sq is None else sq * R, dim=-1)
+                             <= tol * y_norm).all()):
             break
-        alpha = alpha.add_(S, alpha=eta) if path is None else alpha + eta * S
-        R.sub_(Q, alpha=eta)
-        if E is not None:
-            E.add_(QE, alpha=eta)
+        if w is None:  # in place
+            alpha = alpha.add_(S, alpha=eta) if path is None else alpha + eta * S
+            R.sub_(Q, alpha=eta)
+            if E is not None:
+                E.add_(QE, alpha=eta)
+        else:
+            alpha = alpha + ew * S
+            R = R - eta * Q
+            if E is not None:
+                E = E + eta * QE
         k += 1
         bar.update()
         S_new = torch.sign(R)
@@ -254,11 +271,13 @@ def sign_gradient_path(
         idx = torch.nonzero(changed).reshape(-1)
         if idx.numel():
             if not incremental or idx.numel() * 4 > n:
-                Q = Km.rmatmul(S_new)
+                Q = Km.rmatmul(S_new if w is None else S_new * w)
                 if QE is not None:
-                    QE = Em.rmatmul(S_new)
+                    QE = Em.rmatmul(S_new if w is None else S_new * w)
             else:
                 dS = (S_new - S)[:, idx]  # (B, |D|)
+                if w is not None:
+                    dS = dS * w[idx]
                 Q = Q + dS @ Km.columns_t(idx, symmetric=True)
                 if QE is not None:
                     QE = QE + dS @ Em.columns_t(idx)
@@ -275,7 +294,7 @@ def sign_gradient_path(
 def coordinate_descent_path(
     K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, K_eval=None,
     callback: Callback | None = None, record_path: bool = False, tol: float = 0.0,
-    verbose: int = 0,
+    sample_weight: torch.Tensor | None = None, verbose: int = 0,
 ) -> PathResult:
     """Kernel coordinate descent (forward stagewise) from alpha_0 = 0.
 
@@ -283,7 +302,8 @@ def coordinate_descent_path(
     eta sign(r_m); the residual is updated with those kernel columns only, O(n) per step
     (columns of a matrix-free K are computed on demand, O(n d), and cached for revisited
     coordinates within half the memory budget). Without ties ||alpha_k||_0 <= k and
-    ||alpha_k||_1 <= k eta.
+    ||alpha_k||_1 <= k eta. With sample weights a moving coordinate m moves by
+    eta w_m sign(r_m), as repeating row m w_m times would (integer weights).
 
     Parameters
     ----------
@@ -294,6 +314,8 @@ def coordinate_descent_path(
     max_iter : int, default=1000
     tol : float, default=0.0
         Stop once max |r| <= tol max |y|.
+    sample_weight : tensor of shape (n,), optional
+        Positive finite weights; "auto" is the same step as without them.
     K_eval, callback, record_path, verbose
         As in :func:`gradient_descent_path`.
 
@@ -315,9 +337,10 @@ def coordinate_descent_path(
         Km = _Matrix(K, cache_columns=True)
     if Em is not None and Em.op is not None:
         Em = _Matrix(K_eval, "K_eval", cache_columns=True)
+    w = _sample_weight(sample_weight, Km.shape[0], Y.dtype, Y.device)
     eta = coordinate_learning_rate(K, y) if learning_rate == "auto" else \
         _check_eta(learning_rate)
-    if callback is None and not record_path and tol == 0:
+    if callback is None and not record_path and tol == 0 and w is None:
         fast = _native_path("coordinate", Km, Y, Em, y, eta, max_iter, "coordinate descent")
         if fast is not None:
             return fast
@@ -332,7 +355,7 @@ def coordinate_descent_path(
     bar = progress(total=max_iter, desc="coordinate descent", verbose=verbose)
     tol_level = float(tol * y_max.max()) if B == 1 else 0.0
     while not stopped and k < max_iter:
-        if B == 1:
+        if B == 1 and w is None:
             # One target: argmax and one kernel column, O(n) with a handful of operations.
             a0 = R[0].abs()
             m = int(torch.argmax(a0))
@@ -354,7 +377,8 @@ def coordinate_descent_path(
         if moves is None:  # residual exactly zero (or below tol): the path has stopped
             break
         mask, idx = moves
-        delta = eta * torch.sign(R[:, idx]) * mask[:, idx]  # (B, |D|)
+        step = eta if w is None else eta * w[idx]
+        delta = step * torch.sign(R[:, idx]) * mask[:, idx]  # (B, |D|)
         alpha[:, idx] += delta
         R = R - delta @ Km.columns_t(idx, symmetric=True)
         if E is not None:

@@ -14,6 +14,17 @@ from ._common import DivergenceError, PathResult, _check_eta, _out
 from .rules import check_gradient_learning_rate
 
 
+def _decay(x: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(1 - q^k, q^k)`` with q = 1 - x, for x = eta s and k broadcasting against each other.
+
+    1 - q^k comes from log1p/expm1 where x < 0.5, which keeps it accurate when eta s is tiny.
+    """
+    small = x < 0.5
+    num_small = -torch.expm1(k * torch.log1p(-torch.where(small, x, torch.zeros_like(x))))
+    q = (1.0 - x).pow(k)
+    return torch.where(small, num_small, 1.0 - q), q
+
+
 def spectral_filter(s: torch.Tensor, eta: float, iterations: torch.Tensor) -> torch.Tensor:
     """phi_k(s) = (1 - (1 - eta s)^k) / s, with phi_k(0) = k eta: alpha_k = U phi_k(S) U^T y.
 
@@ -28,15 +39,61 @@ def spectral_filter(s: torch.Tensor, eta: float, iterations: torch.Tensor) -> to
     [[1.0, 0.75]]
     """
     k = iterations.to(s.dtype).reshape(-1, *([1] * s.ndim))
-    x = eta * s
-    base = 1.0 - x
-    small = x < 0.5
-    # log1p/expm1 keep 1 - (1 - x)^k accurate when eta s is tiny.
-    num_small = -torch.expm1(k * torch.log1p(-torch.where(small, x, torch.zeros_like(x))))
-    num = torch.where(small, num_small, 1.0 - base.pow(k))
+    num, _ = _decay(eta * s, k)
     safe_s = torch.where(s > 0, s, torch.ones_like(s))
     return torch.where(s > 0, num / safe_s, k * eta)
 
+
+class ChunkedSpectralFilter:
+    """phi_k(s) b for consecutive chunks of iterations k = 1, 2, ..., batched over problems.
+
+    ``s`` (..., n) are eigenvalues (clamped at 0), ``b`` (..., n) the coordinates of y in the
+    eigenbasis. The factors 1 - q^j and q^j (q = 1 - eta s) for j = 1..``chunk`` are tabulated
+    once; the chunk after step k0 then uses 1 - q^(k0 + j) = (1 - q^k0) + q^k0 (1 - q^j), a
+    sum of non-negative terms, so a chunk costs one multiply-add per entry. Directions with
+    s = 0 (marked by ``zero``) have phi_k = k eta: :meth:`next` leaves them out and returns
+    the factors k eta, so that a caller can project them once.
+
+    Examples
+    --------
+    >>> import torch
+    >>> s = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64)
+    >>> f = ChunkedSpectralFilter(s, torch.ones(3, dtype=torch.float64), 0.25, chunk=4)
+    >>> coef, t = f.next(3)
+    >>> bool(torch.allclose(coef.T[:, 1:], spectral_filter(s, 0.25, torch.arange(1, 4))[:, 1:]))
+    True
+    >>> t.tolist()  # phi_k(0) = k eta
+    [0.25, 0.5, 0.75]
+    """
+
+    _batched = ("zero", "b_over_s", "qtab", "ntab", "q0", "n0")
+
+    def __init__(self, s: torch.Tensor, b: torch.Tensor, eta: float, chunk: int):
+        self.zero = s <= 0
+        self.b_over_s = torch.where(self.zero, torch.zeros_like(b),
+                                    b / torch.where(self.zero, 1.0, s))
+        j = torch.arange(1, chunk + 1, dtype=s.dtype, device=s.device)
+        self.ntab, self.qtab = _decay((eta * s).unsqueeze(-1), j)  # (..., n, chunk)
+        self.q0 = torch.ones_like(s)  # q^k0
+        self.n0 = torch.zeros_like(s)  # 1 - q^k0, kept without cancellation
+        self.eta = eta
+        self.k = 0
+
+    def keep(self, mask: torch.Tensor) -> None:
+        """Keep the problems selected by ``mask`` (leading dimensions)."""
+        for name in self._batched:
+            setattr(self, name, getattr(self, name)[mask])
+
+    def next(self, c: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """phi_k(s) b for the next ``c`` <= chunk steps, shape (..., n, c), zero where s = 0,
+        and the factors k eta (c,) of the directions s = 0."""
+        N = torch.addcmul(self.n0.unsqueeze(-1), self.q0.unsqueeze(-1), self.ntab[..., :c])
+        coef = N.mul_(self.b_over_s.unsqueeze(-1))
+        its = torch.arange(self.k + 1, self.k + c + 1, dtype=coef.dtype, device=coef.device)
+        self.n0 = self.n0 + self.q0 * self.ntab[..., c - 1]
+        self.q0 = self.q0 * self.qtab[..., c - 1]
+        self.k += c
+        return coef, self.eta * its
 
 
 def _gd_spectral(Km, Y, Em, y, learning_rate, max_iter, gamma, nesterov, callback, record_path,
