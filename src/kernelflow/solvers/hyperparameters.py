@@ -521,7 +521,7 @@ def learn_hyperparameters(
             if not torch.isfinite(f):
                 raise FloatingPointError
             f.backward()
-            last["u"], last["f"] = u.detach().clone(), float(f)
+            last["u"], last["f"] = u.detach().clone(), float(f.detach())
             return f
 
         u_start = u.detach().clone()
