@@ -217,3 +217,53 @@ def test_learned_model_file_round_trip(tmp_path):
     np.testing.assert_array_equal(loaded.predict(Xt), model.predict(Xt))
     np.testing.assert_array_equal(loaded.sigma_, model.sigma_)
     assert loaded.alpha_ == model.alpha_
+
+
+@pytest.mark.parametrize("p0", [[0.1, -0.2, 0.4], [0.3]])
+@pytest.mark.parametrize("criterion", ["marginal_likelihood", "loo", "gcv"])
+def test_closed_form_gaussian_bandwidth_gradient_matches_finite_differences(criterion, p0):
+    from kernelflow.solvers.hyperparameters import _gram
+
+    X, Y = _problem()
+    X = X + 3.0  # off-centre inputs: the closed form centres them
+    f = {"marginal_likelihood": krr_negative_log_marginal_likelihood, "loo": krr_loo_error,
+         "gcv": krr_gcv_error}[criterion]
+    theta = torch.tensor(p0 + [math.log(0.05)], dtype=F64, requires_grad=True)
+
+    def value(t):
+        s = t[:-1].exp() if len(p0) > 1 else t[0].exp()
+        return f(_gram(Gaussian(s), X), Y, t[-1].exp())
+
+    value(theta).backward()
+    grad = theta.grad.clone()
+    h = 1e-3
+    fd = torch.empty_like(grad)
+    with torch.no_grad():
+        for i in range(theta.numel()):
+            e = torch.zeros_like(theta)
+            e[i] = h
+            fd[i] = (8 * (value(theta + e) - value(theta - e))
+                     - (value(theta + 2 * e) - value(theta - 2 * e))) / (12 * h)
+    torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
+    # the same values and gradient as autograd through the kernel
+    t2 = theta.detach().clone().requires_grad_(True)
+    s2 = t2[:-1].exp() if len(p0) > 1 else t2[0].exp()
+    f(Gaussian(s2)(X), Y, t2[-1].exp()).backward()
+    torch.testing.assert_close(theta.grad, t2.grad, rtol=1e-10, atol=1e-13)
+    s3 = (theta.detach()[:-1] if len(p0) > 1 else theta.detach()[0]).exp().requires_grad_(True)
+    assert torch.equal(_gram(Gaussian(s3), X), Gaussian(s3.detach())(X))
+
+
+@pytest.mark.parametrize("criterion", ["marginal_likelihood", "loo", "gcv"])
+def test_reported_value_and_signal_variance_are_those_of_the_learned_parameters(criterion):
+    X, y, _, _ = _irrelevant(n=80, n_noise=2)
+    Xs, Y = torch.as_tensor(X), torch.as_tensor(y - y.mean()).reshape(-1, 1)
+    res = learn_hyperparameters(Xs, Y, Gaussian([1.0] * 3), criterion=criterion)
+    f = {"marginal_likelihood": krr_negative_log_marginal_likelihood, "loo": krr_loo_error,
+         "gcv": krr_gcv_error}[criterion]
+    K = res.kernel(Xs)
+    assert res.value == pytest.approx(float(f(K, Y, res.alpha)), rel=1e-12)
+    if criterion == "marginal_likelihood":
+        A = K + res.alpha * torch.eye(80, dtype=F64)
+        s2 = float(Y[:, 0] @ torch.linalg.solve(A, Y[:, 0])) / 80
+        assert res.signal_variance == pytest.approx(s2, rel=1e-10)

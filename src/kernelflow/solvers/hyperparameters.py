@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..kernels import Additive, Kernel, Scaled, _DistanceKernel, median_heuristic
+from ..kernels import Additive, Gaussian, Kernel, Scaled, _DistanceKernel, median_heuristic
 from ..utils.holdout import holdout_indices
 
 _SIGMA_FACTORS = (1.0, 1 / 3, 3.0, 0.1, 10.0, 1 / 30, 30.0)
@@ -80,7 +80,12 @@ def _as_2d(Y):
 
 
 def _shifted(K, alpha):
-    return K + alpha * torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
+    if torch.is_grad_enabled() and (K.requires_grad or torch.is_tensor(alpha)
+                                    and alpha.requires_grad):
+        return K + alpha * torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
+    A = K.clone()  # the same values as K + alpha I, without an n x n identity
+    A.diagonal().add_(alpha)
+    return A
 
 
 def krr_negative_log_marginal_likelihood(K: torch.Tensor, Y: torch.Tensor, alpha) -> torch.Tensor:
@@ -98,12 +103,6 @@ def krr_negative_log_marginal_likelihood(K: torch.Tensor, Y: torch.Tensor, alpha
     1.4189
     """
     return _exact(K, Y, alpha, "marginal_likelihood")
-
-
-def _inverse_and_coef(K, Y, alpha):
-    L = _cholesky(_shifted(K, alpha))
-    Ainv = torch.cholesky_inverse(L)
-    return Ainv, Ainv @ Y
 
 
 def _alpha_tensor(alpha, K):
@@ -165,6 +164,38 @@ class _ExactCriterion(torch.autograd.Function):
         gK = grad * G if ctx.needs_input_grad[0] else None
         ga = grad * G.diagonal().sum() if ctx.needs_input_grad[1] else None
         return gK, ga, None, None, None
+
+
+class _GaussianGram(torch.autograd.Function):
+    """K = Gaussian(sigma)(X) with the gradient to sigma (a scalar or one per feature) in closed
+    form: for M = dF/dK * K, dF/dsigma_j = sum_ik M_ik (x_ij - x_kj)^2 / sigma_j^3, which is
+    r^T x_j^2 + c^T x_j^2 - 2 x_j^T M x_j (r, c: row and column sums of M) on centred inputs,
+    one GEMM M X instead of autograd through the kernel blocks."""
+
+    @staticmethod
+    def forward(ctx, sigma, X):
+        with torch.no_grad():
+            s = sigma.detach()
+            K = Gaussian(s if s.ndim else float(s))(X)
+        ctx.save_for_backward(s, X, K)
+        return K
+
+    @staticmethod
+    def backward(ctx, grad):
+        s, X, K = ctx.saved_tensors
+        M = grad * K
+        Xs = (X - X.mean(0)) / s
+        Xs2 = Xs * Xs
+        g = (M.sum(1) + M.sum(0)) @ Xs2 - 2.0 * (Xs * (M @ Xs)).sum(0)
+        g = g / s
+        return (g if s.ndim else g.sum()), None
+
+
+def _gram(k, X):
+    """k(X), through :class:`_GaussianGram` for a Gaussian kernel with a learned bandwidth."""
+    if type(k) is Gaussian and torch.is_tensor(k.sigma) and k.sigma.requires_grad:
+        return _GaussianGram.apply(k.sigma.to(X.dtype), X)
+    return k(X)
 
 
 def _exact(K, Y, alpha, kind):
@@ -482,13 +513,15 @@ def learn_hyperparameters(
         opt = torch.optim.LBFGS([u], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-9,
                                 tolerance_change=tol, history_size=20,
                                 line_search_fn="strong_wolfe")
+        last = {}  # the criterion at the last evaluated point
 
-        def closure(u=u, opt=opt):
+        def closure(u=u, opt=opt, last=last):
             opt.zero_grad()
             f = value_at(u)
             if not torch.isfinite(f):
                 raise FloatingPointError
             f.backward()
+            last["u"], last["f"] = u.detach().clone(), float(f.detach())
             return f
 
         u_start = u.detach().clone()
@@ -496,7 +529,8 @@ def learn_hyperparameters(
             opt.step(closure)
         except (FloatingPointError, ValueError, torch.linalg.LinAlgError):
             pass  # a step that leaves the feasible region: keep the last finite point
-        f = safe_value(u)
+        # the line search usually ends at its last evaluation: no need to evaluate it again
+        f = last["f"] if "u" in last and torch.equal(last["u"], u.detach()) else safe_value(u)
         if not math.isfinite(f) or f > f0:
             f, u = f0, u_start
         finals.append(f)
@@ -511,20 +545,19 @@ def learn_hyperparameters(
     learned = _with(kernel, names, [_plain(v, p[2]) for v, p in zip(vals, params, strict=True)])
     s2 = float("nan")
     if criterion == "marginal_likelihood":
-        with torch.no_grad():
-            K = learned(X)
-            Ainv, C = _inverse_and_coef(K, Y, float(a))
-            s2 = float((Y * C).sum() / Y.numel())
+        with torch.no_grad():  # s^2 = y^T A^{-1} y / n: one factorisation, no inverse
+            L = _cholesky(_shifted(learned(X), float(a)))
+            s2 = float((Y * torch.cholesky_solve(Y, L)).sum() / Y.numel())
     return HyperparameterResult(learned, float(a), criterion, f, s2, n_iter, finals)
 
 
 def _objective(criterion, X, Y, centers, validation_fraction, random_state):
     if criterion == "marginal_likelihood":
-        return lambda k, a: krr_negative_log_marginal_likelihood(k(X), Y, a)
+        return lambda k, a: krr_negative_log_marginal_likelihood(_gram(k, X), Y, a)
     if criterion == "loo":
-        return lambda k, a: krr_loo_error(k(X), Y, a)
+        return lambda k, a: krr_loo_error(_gram(k, X), Y, a)
     if criterion == "gcv":
-        return lambda k, a: krr_gcv_error(k(X), Y, a)
+        return lambda k, a: krr_gcv_error(_gram(k, X), Y, a)
     if criterion == "nystrom_marginal_likelihood":
         return lambda k, a: nystrom_negative_log_marginal_likelihood(
             k(X, centers), k(centers), k.diag(X), Y, a)
