@@ -36,6 +36,7 @@ from kernelflow.landmarks import (
     nystroem_factor,
 )
 
+DATASET_ORDER = ["digits", "clusters", "concrete", "diamonds"]
 SELECTOR_ORDER = ["uniform", "rpcholesky", "block_rpcholesky", "pivoted_cholesky", "rls",
                   "bless", "kmeans", "kdpp", "greedy", "continuous"]
 DETERMINISTIC = {"pivoted_cholesky", "greedy"}
@@ -157,11 +158,37 @@ def run(args):
             print(f"   {sname:<17} done", flush=True)
         results[dname] = res
         _print_tables(dname, res, names, args.ks)
+        if args.json:  # after every data set, so an interrupted run keeps what it finished
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    _report(results, names, args)
+    return results
+
+
+def _report(results, names, args):
     _check_claims(results, args.ks)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
     if args.plots:
         _plots(results, names, args.ks, Path(args.plots))
+
+
+def merge(args):
+    """Tables and plots from the JSON files of runs on disjoint data sets (same settings)."""
+    results = {}
+    for f in args.merge:
+        for dname, res in json.loads(Path(f).read_text()).items():
+            if dname in results:
+                raise SystemExit(f"{f}: data set {dname!r} is in two files")
+            results[dname] = res
+    order = [d for d in DATASET_ORDER if d in results] + \
+        [d for d in results if d not in DATASET_ORDER]
+    results = {d: results[d] for d in order}
+    present = {r["selector"] for res in results.values() for r in res["rows"]}
+    names = [s for s in SELECTOR_ORDER if s in present]
+    args.ks = sorted({r["k"] for res in results.values() for r in res["rows"]})
+    for dname, res in results.items():
+        _print_tables(dname, res, names, args.ks)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    _report(results, names, args)
     return results
 
 
@@ -246,7 +273,13 @@ def main():
     p.add_argument("--selectors", nargs="*", default=SELECTOR_ORDER)
     p.add_argument("--json", default=None, help="write all rows to this file")
     p.add_argument("--plots", default=None, help="folder for landmarks_*.png")
+    p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                   help="no run: print the tables and draw the plots of these --json files "
+                        "(runs on disjoint --datasets, e.g. in parallel processes)")
     args = p.parse_args()
+    if args.merge:
+        merge(args)
+        return
     if args.quick:
         args.n, args.n_test, args.ks, args.trials = 300, 150, [10, 20], 2
     run(args)
