@@ -17,7 +17,8 @@ from kernelflow.solvers.paths import (
     sign_learning_rate,
     spectral_filter,
 )
-from kernelflow.solvers.paths.rules import weighted_largest_eigenvalue
+from kernelflow.solvers.paths.driver import rule_path
+from kernelflow.solvers.paths.rules import SignRule, weighted_largest_eigenvalue
 from kernelflow.solvers.paths.spectral import ChunkedSpectralFilter
 
 
@@ -96,6 +97,10 @@ def test_weighted_sign_step_is_the_repeated_problems_step():
     assert sign_gradient_path(K, y, sample_weight=w, max_iter=0).learning_rate == eta
     idx = _repeat(w)
     assert eta == pytest.approx(sign_learning_rate(K[idx][:, idx], y[idx]), rel=1e-10)
+    # every entry point with weights takes the same automatic step: the rule driver too
+    assert rule_path(SignRule(), K, y, sample_weight=w, max_iter=0).learning_rate == \
+        pytest.approx(eta, rel=1e-12)
+    assert weighted_path(sign_gradient_path, K, y, w, max_iter=0).learning_rate == eta
 
 
 @pytest.mark.parametrize("path", [sign_gradient_path, coordinate_descent_path],

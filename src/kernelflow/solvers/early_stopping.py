@@ -554,7 +554,8 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     elif rule.name not in _SINGLE:  # a rule of the generic driver, e.g. Huber
         s_max = largest_eigenvalue(K) if sq is None else _weighted_s_max(K, sq)
         if learning_rate == "auto":
-            eta = rule.learning_rate(K, y, s_max=s_max)
+            eta = rule.learning_rate(K, y, s_max=s_max,
+                                     sample_weight=None if sw is None else sw.to(K.dtype))
         else:
             eta = float(learning_rate)
             rule.check_learning_rate(eta, s_max)

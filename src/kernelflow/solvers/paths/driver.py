@@ -76,7 +76,7 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
     if learning_rate == "auto" or bounded:
         s_max = largest_eigenvalue(K) if w is None else weighted_largest_eigenvalue(K, w)
     if learning_rate == "auto":
-        eta = rule.learning_rate(K, y, s_max=s_max)
+        eta = rule.learning_rate(K, y, s_max=s_max, sample_weight=w)
     else:
         eta = _check_eta(learning_rate)
         if bounded:

@@ -322,7 +322,10 @@ class PathRule:
         """``alpha + eta * direction(residual)`` on the last dimension."""
         return alpha + eta * self.direction(residual)
 
-    def learning_rate(self, K, y: torch.Tensor, s_max: float | None = None) -> float:
+    def learning_rate(self, K, y: torch.Tensor, s_max: float | None = None,
+                      sample_weight: torch.Tensor | None = None) -> float:
+        """The automatic step; with ``sample_weight``, that of the repeated-row problem
+        (``s_max`` is then the top eigenvalue of W^1/2 K W^1/2)."""
         raise NotImplementedError  # pragma: no cover
 
     def max_step(self, s_max: float) -> float:
@@ -358,7 +361,7 @@ class GradientRule(PathRule):
     def direction(self, residual):
         return residual
 
-    def learning_rate(self, K, y=None, s_max=None):
+    def learning_rate(self, K, y=None, s_max=None, sample_weight=None):
         return gradient_learning_rate(K, s_max=s_max)
 
     def max_step(self, s_max):
@@ -386,8 +389,8 @@ class SignRule(PathRule):
     def direction(self, residual):
         return torch.sign(residual)
 
-    def learning_rate(self, K, y, s_max=None):
-        return sign_learning_rate(K, y, s_max=s_max)
+    def learning_rate(self, K, y, s_max=None, sample_weight=None):
+        return sign_learning_rate(K, y, s_max=s_max, sample_weight=sample_weight)
 
 
 class CoordinateRule(PathRule):
@@ -406,7 +409,7 @@ class CoordinateRule(PathRule):
     def direction(self, residual):
         return coordinate_direction(residual)
 
-    def learning_rate(self, K, y, s_max=None):
+    def learning_rate(self, K, y, s_max=None, sample_weight=None):
         return coordinate_learning_rate(K, y)
 
 
@@ -491,7 +494,7 @@ class HuberRule(PathRule):
     def step(self, alpha, residual, eta, mask=None):
         return alpha + eta * self.direction(residual, mask)
 
-    def learning_rate(self, K, y=None, s_max=None):
+    def learning_rate(self, K, y=None, s_max=None, sample_weight=None):
         return gradient_learning_rate(K, s_max=s_max)
 
     def max_step(self, s_max):
