@@ -124,7 +124,8 @@ def run(args):
         lam, exact_rmse = krr_setup(ker, Xtr, ytr, Xte, yte, K)
         print(f"\n== {dname}: n={Xtr.shape[0]}, d={Xtr.shape[1]}, sigma={sigma:.3g}, "
               f"ridge={lam:.0e}, exact KRR test RMSE={exact_rmse:.4g}", flush=True)
-        res = {"sigma": sigma, "ridge": lam, "exact_rmse": exact_rmse, "rows": []}
+        res = {"sigma": sigma, "ridge": lam, "exact_rmse": exact_rmse,
+               "n_train": int(Xtr.shape[0]), "rows": []}
         for sname in names:
             lam_init = None
             for k in args.ks:
@@ -177,6 +178,7 @@ def merge(args):
         for dname, res in json.loads(Path(f).read_text()).items():
             if dname in results:
                 raise SystemExit(f"{f}: data set {dname!r} is in two files")
+            res.setdefault("n_train", args.n)  # files written before the field existed
             results[dname] = res
     order = [d for d in DATASET_ORDER if d in results] + \
         [d for d in results if d not in DATASET_ORDER]
@@ -238,27 +240,62 @@ def _plots(results, names, ks, folder):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     folder.mkdir(parents=True, exist_ok=True)
-    for key, label, fname in [("af_fro", "Frobenius approximation factor", "af_frobenius"),
-                              ("rmse", "Nyström KRR test RMSE", "krr_rmse"),
-                              ("time", "selection time [s]", "time")]:
-        fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6))
+    # one colour and marker per selector, the same in every panel and every figure
+    cmap = plt.get_cmap("tab10")
+    markers = "osD^v<>pXh"
+    style = {s: dict(color=cmap(SELECTOR_ORDER.index(s) % 10),
+                     marker=markers[SELECTOR_ORDER.index(s) % len(markers)])
+             for s in names}
+    trials = max((r["trial"] for res in results.values() for r in res["rows"]), default=0) + 1
+    figures = [
+        ("af_fro", "factor", "af_frobenius",
+         "Nyström Frobenius approximation factor ||K - K_S||²_F / (best rank-k error) "
+         f"(mean of {trials} trials; 1 is the best possible, lower is better)"),
+        ("rmse", "test RMSE (target units)", "krr_rmse",
+         f"Test RMSE of Nyström KRR on the selected landmarks (mean of {trials} trials; "
+         "dashed: exact KRR on all rows)"),
+        ("time", "seconds", "time",
+         f"Landmark selection time, one thread (mean of {trials} trials; shared machine)"),
+    ]
+    for key, ylabel, fname, title in figures:
+        fig, axes = plt.subplots(1, len(results), figsize=(4.0 * len(results) + 1.4, 3.8))
         for ax, (dname, res) in zip(np.atleast_1d(axes), results.items()):
             for s in names:
                 m = [_agg(res["rows"], s, k, key)[0] for k in ks]
-                ax.plot(ks, m, marker="o", label=s, lw=2.2 if s == "continuous" else 1.2)
+                ax.plot(ks, m, label=s, lw=2.4 if s == "continuous" else 1.2, ms=5, **style[s])
             if key == "rmse":
                 ax.axhline(res["exact_rmse"], color="k", ls="--", lw=1, label="exact KRR")
             ax.set_xscale("log")
             ax.set_yscale("log")
-            ax.set_title(dname)
-            ax.set_xlabel("k")
-        np.atleast_1d(axes)[0].set_ylabel(label)
-        np.atleast_1d(axes)[-1].legend(fontsize=7)
-        fig.tight_layout()
+            ax.set_xticks(ks)
+            ax.set_xticklabels([str(k) for k in ks])
+            ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+            _plain_log_labels(ax, matplotlib.ticker)
+            ax.set_title(f"{dname} (n = {_n_rows(res)})")
+            ax.set_xlabel("number of landmarks k")
+            ax.grid(True, which="major", alpha=0.3)
+        np.atleast_1d(axes)[0].set_ylabel(ylabel)
+        handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout(rect=(0, 0, 1 - 1.3 / fig.get_figwidth(), 1))
         fig.savefig(folder / f"landmarks_{fname}.png", dpi=110)
         plt.close(fig)
+
+
+def _plain_log_labels(ax, ticker):
+    # y labels as plain numbers (6, 10, 1e+04); minor ones only where the axis spans < 1.5 decades
+    lo, hi = ax.get_ylim()
+    few = hi / lo < 10 ** 1.5
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}" if few else ""))
+
+
+def _n_rows(res):
+    return res.get("n_train", "?")
 
 
 def main():
