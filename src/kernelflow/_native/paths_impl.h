@@ -93,13 +93,6 @@ TARGET_CLONES static void CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t 
     }
 }
 
-TARGET_CLONES static void CAT(axpy, SUFFIX)(int64_t ld, REAL c, const REAL *restrict v,
-                                            REAL *restrict x)
-{
-    for (int64_t j = 0; j < ld; ++j)
-        x[j] += c * v[j];
-}
-
 #pragma GCC pop_options
 
 /* Weighted validation error of the validation entries of r - J c (the residual J steps after
