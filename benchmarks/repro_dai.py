@@ -27,7 +27,8 @@ for the fixed-feature methods, evaluation excluded), single thread, measured in 
 
 Usage::
 
-    python benchmarks/repro_dai.py [--quick] [--n 8192] [--iters 512] [--plot docs/img] [--save FILE]
+    python benchmarks/repro_dai.py [--quick] [--n 8192] [--iters 512] [--plot docs/img]
+                                   [--save FILE] [--replot FILE]
 """
 
 from __future__ import annotations
@@ -412,7 +413,7 @@ def _plain_ticks(ax):
     ax.xaxis.set_minor_formatter(_ticker().NullFormatter())
 
 
-def _race_figure(plt, seen, errors, secs, refs, ylabel, title, floor=None):
+def _race_figure(plt, seen, errors, secs, refs, ylabel, title, floor=None, logy=True):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     style = _colours(list(errors))
     for k, v in errors.items():
@@ -427,7 +428,7 @@ def _race_figure(plt, seen, errors, secs, refs, ylabel, title, floor=None):
             ax.axhline(floor, color="0.6", ls=":", lw=1,
                        label="noise floor" if ax is a1 else None)
         ax.set_xscale("log")
-        ax.set_yscale("log")
+        ax.set_yscale("log" if logy else "linear")
         ax.grid(alpha=0.3, which="both")
         _plain_ticks(ax)
     a1.set_xscale("log", base=2)
@@ -472,14 +473,15 @@ def _plot(folder, rate, reg, cls, gp, grid=None):
     paths.append(os.path.join(folder, "repro_dai_regression.png"))
     fig.savefig(paths[-1], dpi=90)
     plt.close(fig)
-    fig = _race_figure(plt, *cls, "test error rate", "classification")
+    fig = _race_figure(plt, *cls, "test error rate", "classification", logy=False)
     paths.append(os.path.join(folder, "repro_dai_classification.png"))
     fig.savefig(paths[-1], dpi=90)
     plt.close(fig)
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.9))
     order = np.argsort(gp["X"][:, 0])
-    a1.plot(gp["X"][order, 0], gp["y"][order], ".", color="0.75", ms=2, label="training data")
+    a1.plot(gp["X"][order, 0], gp["y"][order], ".", color="0.75", ms=2, alpha=0.5,
+            label="training data")
     for mu, var, c, ls, lab in ((gp["mu_gp"], gp["var_gp"], "#d62728", "-", "exact GP"),
                                 (gp["mu"], gp["var"], _DOUBLY, "--",
                                  f"doubly SGD, {int(gp['t'][-1])} iterations")):
