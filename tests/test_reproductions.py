@@ -52,6 +52,34 @@ def test_dai_averaged_error_decreases_near_one_over_t():
     assert slope < -0.7  # the O(1/t) rate (or faster on this finite set)
 
 
+def test_dai_races_share_batches_and_clock_training():
+    mod = _load("repro_dai")
+    seen, err, secs, refs = mod.regression_race(n=256, iters=16, batch=32, components=(32,),
+                                                block=32)
+    assert list(err) == ["doubly SGD", "RFF r=32", "Nystrom r=32"]
+    assert seen.tolist() == [128, 256, 512]
+    for k in err:
+        assert len(err[k]) == len(seen) and np.all(np.diff(secs[k]) >= 0)
+    assert err["doubly SGD"][-1] < err["doubly SGD"][0]
+    assert err["doubly SGD"][-1] < np.var(mod.make_doubly_stochastic_regression(
+        2000, random_state=2)[1])  # better than the constant predictor
+    assert set(refs) == {"exact KRR", "Nystrom KRR m=32"}
+    seen, err, secs, refs = mod.classification_race(n=512, iters=8, batch=64, components=(32,),
+                                                    block=32)
+    assert seen.tolist() == [256, 512]
+    assert all(0 <= e <= 1 for v in err.values() for e in v)
+    assert err["doubly SGD"][-1] < 0.45  # two balanced classes: chance is 0.5
+
+
+def test_dai_gp_posterior_approaches_the_exact_gp():
+    mod = _load("repro_dai")
+    gp = mod.gp_curves(n=256, n_test=16, iters=64, block=64)
+    assert gp["t"].tolist() == [16, 32, 64]
+    assert gp["mean_err"][-1] < gp["mean_err"][0]
+    assert gp["var_err"][-1] < gp["var_err"][0]
+    assert gp["mean_err"][-1] < 0.1 * np.var(gp["y"])
+
+
 def test_jezequel_pkawv_learns_and_batch_improves_with_prefix():
     from kernelflow.datasets._online import load_online_stream
 
