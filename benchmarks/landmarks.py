@@ -190,6 +190,8 @@ def merge(args):
         _print_tables(dname, res, names, args.ks)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(results, names, args.ks))
     _report(results, names, args)
     return results
 
@@ -294,6 +296,66 @@ def _plain_log_labels(ax, ticker):
     ax.yaxis.set_minor_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}" if few else ""))
 
 
+def _fmt(v, digits=3):
+    return f"{v:.{digits}g}"
+
+
+def markdown(results, names, ks):
+    """The documentation's tables (means over trials; the best entry of a column in bold)."""
+    out = []
+    blocks = [
+        ("af_fro", "Frobenius approximation factor ‖K − K_S‖²_F / Σ_{i>k} λ_i² "
+                   "(mean of the trials; lower is better, ≥ 1)", True, 3),
+        ("af_trace", "Trace-norm approximation factor tr(K − K_S) / Σ_{i>k} λ_i", True, 3),
+        ("rmse", "Nyström KRR test RMSE at equal k", False, 4),
+        ("time", "Selection time [s] (mean; one thread, shared machine)", False, 2),
+    ]
+    for key, title, ratios, digits in blocks:
+        out.append(f"### {title}\n")
+        for dname, res in results.items():
+            rows = res["rows"]
+            out.append(f"| {dname} | " + " | ".join(f"k={k}" for k in ks) + " |")
+            out.append("|---" * (len(ks) + 1) + "|")
+            means = {s: [_agg(rows, s, k, key)[0] for k in ks] for s in names}
+            best = [min((means[s][j] for s in names if not math.isnan(means[s][j])),
+                        default=math.nan) for j in range(len(ks))]
+            for s in names:
+                cells = []
+                for j, v in enumerate(means[s]):
+                    c = "-" if math.isnan(v) else _fmt(v, digits)
+                    cells.append(f"**{c}**" if key != "time" and v == best[j] else c)
+                out.append(f"| {s} | " + " | ".join(cells) + " |")
+            if key == "rmse":
+                out.append("| exact KRR | " + " | ".join(_fmt(res["exact_rmse"], digits)
+                                                       for _ in ks) + " |")
+            if ratios and "continuous" in names:
+                for base in ("uniform", "rls"):
+                    if base in names:
+                        out.append(f"| {base} / continuous | " + " | ".join(
+                            _fmt(means[base][j] / means["continuous"][j]) for j in
+                            range(len(ks))) + " |")
+            if key == "time" and {"continuous", "rpcholesky"} <= set(names):
+                out.append("| continuous / rpcholesky | " + " | ".join(
+                    f"{means['continuous'][j] / means['rpcholesky'][j]:.0f}×"
+                    for j in range(len(ks))) + " |")
+            out.append("")
+    if "continuous" in names:
+        out.append("### Search outcome of the continuous selector\n")
+        out.append("| data set | outcome per k (trials) | mean runs per selection |")
+        out.append("|---|---|---|")
+        for dname, res in results.items():
+            cont = [r for r in res["rows"] if r["selector"] == "continuous"]
+            parts = []
+            for k in ks:
+                methods = [r.get("method", "?") for r in cont if r["k"] == k]
+                counts = {m: methods.count(m) for m in dict.fromkeys(methods)}
+                parts.append(f"k={k}: " + ", ".join(f"{m} {c}" for m, c in counts.items()))
+            runs = np.mean([r.get("probes", math.nan) for r in cont])
+            out.append(f"| {dname} | " + "; ".join(parts) + f" | {runs:.2f} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def _n_rows(res):
     return res.get("n_train", "?")
 
@@ -310,6 +372,8 @@ def main():
     p.add_argument("--selectors", nargs="*", default=SELECTOR_ORDER)
     p.add_argument("--json", default=None, help="write all rows to this file")
     p.add_argument("--plots", default=None, help="folder for landmarks_*.png")
+    p.add_argument("--markdown", default=None, metavar="FILE",
+                   help="with --merge: write the documentation's tables to FILE")
     p.add_argument("--merge", nargs="+", default=None, metavar="JSON",
                    help="no run: print the tables and draw the plots of these --json files "
                         "(runs on disjoint --datasets, e.g. in parallel processes)")
