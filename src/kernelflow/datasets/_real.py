@@ -59,7 +59,7 @@ def _shipped(name: str):
 
     import pandas as pd
 
-    with files("kernelflow.datasets").joinpath("data", f"{name}.csv").open("rb") as fh:
+    with files("kernelflow.datasets").joinpath("data").joinpath(f"{name}.csv").open("rb") as fh:
         return pd.read_csv(fh)
 
 

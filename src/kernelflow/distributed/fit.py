@@ -164,6 +164,8 @@ def fit_doubly_stochastic_shard(est, shard: ShardSource):
         raise ValueError("distributed_fit starts from scratch; warm_start is not supported.")
     est._validate_params()
     X, y, sw = shard.local_arrays()
+    if y is None:
+        raise ValueError("distributed_fit of a doubly stochastic estimator needs targets y.")
     if hasattr(est, "_set_classes"):
         Xt, y_np, swt = est._check(X, (y[:, 0] if y.shape[1] == 1 else y).numpy(), sw,
                                    reset=True)
@@ -257,11 +259,11 @@ def _holdout(est, shard: ShardSource, Xt, swt, seed_source) -> tuple[np.ndarray,
         train, val = holdout_indices(gathered[0], fraction, seed, sample_weight=gathered[1])
     else:
         local = holdout_stream_mask(Xt, fraction, seed)
-        mask = torch.zeros(shard.n_samples, dtype=torch.float64)
-        mask[shard.offset:shard.offset + shard.n_local] = torch.from_numpy(
+        counts = torch.zeros(shard.n_samples, dtype=torch.float64)
+        counts[shard.offset:shard.offset + shard.n_local] = torch.from_numpy(
             local.astype(np.float64))
-        mask = all_reduce_sum(mask).numpy() > 0.5
-        val, train = np.flatnonzero(mask), np.flatnonzero(~mask)
+        held = all_reduce_sum(counts).numpy() > 0.5
+        val, train = np.flatnonzero(held), np.flatnonzero(~held)
     if len(val) == 0 or len(train) == 0:
         raise ValueError("validation_fraction leaves no training or no validation rows.")
     return train, val

@@ -164,8 +164,10 @@ class ShardSource(DataSource):
             X = torch.empty(0, self.n_features, dtype=self._dtype)
             return X, (None if self.n_outputs == 0 else torch.empty(0, self.n_outputs)), None
         X = torch.cat([b.X for b in parts])
-        y = None if parts[0].y is None else torch.cat([b.y for b in parts])
-        w = None if parts[0].sample_weight is None else torch.cat([b.sample_weight for b in parts])
+        ys = [b.y for b in parts if b.y is not None]
+        ws = [b.sample_weight for b in parts if b.sample_weight is not None]
+        y = torch.cat(ys) if len(ys) == len(parts) else None
+        w = torch.cat(ws) if len(ws) == len(parts) else None
         return X, y, w
 
 
@@ -220,9 +222,12 @@ def shard_npy(X, y=None, sample_weight=None, *, validate: bool = True) -> ShardS
     arrays = [None if a is None else (np.load(os.fspath(a), mmap_mode="r")
                                       if isinstance(a, str | os.PathLike) else a)
               for a in (X, y, sample_weight)]
-    if arrays[0].ndim != 2:
-        raise ValueError(f"X must be 2-D, got shape {arrays[0].shape}.")
-    n = arrays[0].shape[0]
+    X_arr = arrays[0]
+    if X_arr is None:
+        raise ValueError("X is required.")
+    if X_arr.ndim != 2:
+        raise ValueError(f"X must be 2-D, got shape {X_arr.shape}.")
+    n = X_arr.shape[0]
     for name, a in zip(("y", "sample_weight"), arrays[1:], strict=True):
         if a is not None and a.shape[0] != n:
             raise ValueError(f"{name} has {a.shape[0]} rows but X has {n} rows.")

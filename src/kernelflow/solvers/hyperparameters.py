@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -493,7 +494,7 @@ def learn_hyperparameters(
         return f if math.isfinite(f) else math.inf
 
     # screen the starts by their criterion (one evaluation each), optimise the best ones
-    starts = []
+    starts: list[tuple[float, int, torch.Tensor]] = []
     for fs in _SIGMA_FACTORS[:max(1, int(n_starts))]:
         for fa in _ALPHA_FACTORS if learn_alpha else (1.0,):
             theta = base + np.where(is_sigma, math.log(fs), 0.0)
@@ -513,7 +514,7 @@ def learn_hyperparameters(
         opt = torch.optim.LBFGS([u], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-9,
                                 tolerance_change=tol, history_size=20,
                                 line_search_fn="strong_wolfe")
-        last = {}  # the criterion at the last evaluated point
+        last: dict[str, Any] = {}  # the criterion at the last evaluated point
 
         def closure(u=u, opt=opt, last=last):
             opt.zero_grad()
