@@ -28,6 +28,7 @@ from ..solvers.path_cv import early_stopping_path_cv
 from ..solvers.paths.rules import PathRule, as_rule
 from ..typing import ArrayLike, Output
 from ..utils._finite import DivergenceError
+from ..utils._threads import threads_for
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -94,6 +95,13 @@ def fit_path_estimator(est, X, y, sample_weight=None):
     """
     X, y, sw, _ = check_X_y(est, X, y, sample_weight=sample_weight)
     X, y, sw, kept = _drop_zero_weights(X, y, sw)
+    n = X.shape[0]
+    with threads_for(n * n * (1 if y.ndim == 1 else y.shape[1])):  # one step: a product with K
+        _fit_path_estimator(est, X, y, sw, kept)
+    return est
+
+
+def _fit_path_estimator(est, X, y, sw, kept):
     est.kernel_ = est._build_kernel(X)
     yc, est.intercept_ = est._center_targets(y, sw)
     fit = fit_path(
@@ -114,7 +122,6 @@ def fit_path_estimator(est, X, y, sample_weight=None):
     val = fit.validation_indices
     est.validation_indices_ = (None if val is None else
                                (val if kept is None else kept[val]).astype(np.int64))
-    return est
 
 
 class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
@@ -287,8 +294,15 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         """
         X, y, _, _ = check_X_y(self, X, y, multi_output=False)
         grid = bandwidth_grid(self.sigmas, X)
-        kernels = grid_kernels(self.kernel, grid)
         folds = cv_folds(self.cv, X.shape[0], self.random_state)
+        n = X.shape[0]
+        # one step of the batched path: a product with every bandwidth's kernel for every fold
+        with threads_for(len(grid) * len(folds) * n * n):
+            self._fit_cv(X, y, grid, folds)
+        return self
+
+    def _fit_cv(self, X, y, grid, folds) -> None:
+        kernels = grid_kernels(self.kernel, grid)
         self.intercept_ = (self._location(y) if self.fit_intercept
                            else torch.zeros((), dtype=y.dtype, device=y.device))
         yc = y - self.intercept_
@@ -325,7 +339,6 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.learning_rate_ = float(eta)
         self.t_ = self.n_iter_ * self.learning_rate_
         self._after_refit(path)
-        return self
 
     def predict(self, X):
         """Predict f(x) = k(x, X_fit) dual_coef + intercept.

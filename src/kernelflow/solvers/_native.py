@@ -25,6 +25,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from ..utils._threads import available_threads
+
 __all__ = ["available", "run_problems", "status"]
 
 logger = logging.getLogger("kernelflow")
@@ -142,7 +144,8 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
     return_alpha : bool, default=False
         Also return the final coefficients, shape (P, n).
     n_threads : int, optional
-        Threads over problems (default ``torch.get_num_threads()``, and one thread when the
+        Threads over problems (default: the caller's torch thread count, see
+        :func:`kernelflow.utils._threads.available_threads`, and one thread when the
         estimated work, P n min(max_iter, 20 patience), is below ``SMALL_WORK``).
     _stepwise : bool, default=False
         Sign descent: visit every step instead of skipping the runs of steps without a sign
@@ -212,7 +215,7 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
 
     if not n_threads:
         steps = min(int(max_iter), 20 * patience)
-        n_threads = 1 if P * n * steps < SMALL_WORK else torch.get_num_threads()
+        n_threads = 1 if P * n * steps < SMALL_WORK else available_threads()
     threads = max(1, min(P, n_threads))
     if threads == 1:
         codes = [run(0, P)]

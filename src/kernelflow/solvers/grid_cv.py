@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import logging
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from ..utils._progress import progress
+from ..utils._threads import threads_for as _threads_for
 from .prox import PENALTIES, prox
 from .proximal import fista
 
@@ -84,25 +84,6 @@ def fold_masks(folds, n: int, device=None) -> torch.Tensor:
         if masks[f].all():
             raise ValueError(f"Fold {f} leaves no training row.")
     return masks
-
-
-#: Below this many multiply-adds per step a grid runs on one torch thread: waking a thread pool
-#: costs more than the product (tens of microseconds, milliseconds on a loaded machine).
-SMALL_STEP = 30_000_000
-
-
-@contextmanager
-def _threads_for(step_work: float):
-    """Hold torch on one thread while a small problem runs; restore the setting afterwards."""
-    before = torch.get_num_threads()
-    if step_work >= SMALL_STEP or before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _penalties(alphas, like: torch.Tensor) -> torch.Tensor:
