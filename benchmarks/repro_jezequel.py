@@ -72,7 +72,8 @@ class Curve:
     (A plain class, not a dataclass, so that the module also works when loaded from its path.)
     """
 
-    def __init__(self, losses, average, elapsed, truncated=False):
+    def __init__(self, losses, average, elapsed, truncated=False, note=""):
+        self.note = note
         self.losses = np.asarray(losses)
         self.average = np.asarray(average)
         self.elapsed = None if elapsed is None else np.asarray(elapsed)
@@ -115,7 +116,12 @@ def online_curves(X, y, *, degrees=(2, 3, 4), which=None, budget=None, krr_budge
         limit = (krr_budget if name == KRR else budget) if slow else None
         r = progressive_validation(learner, iter_chunks(X, y, 100 if slow else 500), loss=loss,
                                    time_limit=limit)
-        out[name] = Curve(r.losses, r.average_loss, r.elapsed, r.truncated)
+        note = ""
+        if hasattr(learner, "dictionary_indices_"):
+            note = f"dictionary {len(learner.dictionary_indices_)}"
+        if hasattr(learner, "n_restarts_"):
+            note = f"dictionary {len(learner.dictionary_)}, restarts {learner.n_restarts_}"
+        out[name] = Curve(r.losses, r.average_loss, r.elapsed, r.truncated, note)
     return out
 
 
@@ -201,13 +207,13 @@ def main(argv=None):
     for name, c in curves.items():
         secs = c.elapsed[-1] if c.elapsed is not None else t_chol
         rate = f"{c.rounds / secs:9.0f}" if c.elapsed is not None else f"{'-':>9s}"
-        mark = " (timeout)" if c.truncated else ""
+        mark = (" (timeout)" if c.truncated else "") + (f" {c.note}" if c.note else "")
         print(f"{name:38s} {c.rounds:7d} {c.average[-1]:9.4f} {c.recent():9.4f} {secs:8.2f} "
               f"{rate}{mark}")
-    nk = min(curves[KRR].rounds, n_exact)
-    print(f"\naverage error at round {nk}: "
-          + ", ".join(f"{k} {c.average[nk - 1]:.4f}" for k, c in curves.items()
-                      if c.rounds >= nk and k != KRR_CHOL))
+    for nk in sorted({curves[KRR].rounds, n_exact}):
+        print(f"\naverage error at round {nk}: "
+              + ", ".join(f"{k} {c.average[nk - 1]:.4f}" for k, c in curves.items()
+                          if c.rounds >= nk))
     prefixes = [int(v) for v in np.unique(np.geomspace(500, n, 6 if a.quick else 9).astype(int))]
     batches = {}
     for m in (int(v) for v in a.components.split(",")):
@@ -239,7 +245,9 @@ def _plot(curves, batches, base, n, folder):
     start = 50  # the first averages are over a handful of rounds
     for name, c in curves.items():
         t = np.arange(1, c.rounds + 1)
-        style = {"ls": ":", "lw": 2.4} if name == KRR_CHOL else {"ls": "-", "lw": 1.4}
+        # the one-Cholesky curve is drawn under the incremental one (the same predictions)
+        style = ({"ls": ":", "lw": 2.4, "zorder": 1} if name == KRR_CHOL
+                 else {"ls": "-", "lw": 1.4, "zorder": 2})
         a1.plot(t[start:], c.average[start:], color=COLOURS[name], label=name, **style)
         if c.elapsed is not None:
             a2.plot(c.elapsed[start:], c.average[start:], color=COLOURS[name], lw=1.4,
