@@ -85,10 +85,40 @@ def test_jezequel_pkawv_learns_and_batch_improves_with_prefix():
 
     mod = _load("repro_jezequel")
     X, y = load_online_stream("flights", n=1600, shuffle=True)
-    curves = mod.online_curves(X[:1000], y[:1000], degrees=(2,), nystrom=False)
-    avg, el = curves["PKAWV-Taylor M=2"]
+    curves = mod.online_curves(X[:1000], y[:1000], degrees=(2,), which={"PKAWV-Taylor M=2"})
+    c = curves["PKAWV-Taylor M=2"]
     majority = min(np.mean(y[:1000] == 1), np.mean(y[:1000] == -1))
-    assert avg[-1] < majority - 0.05  # better than the majority class
-    assert np.all(np.diff(el) >= 0)
+    assert c.rounds == 1000 and not c.truncated
+    assert c.average[-1] < majority - 0.05  # better than the majority class
+    assert np.all(np.diff(c.elapsed) >= 0)
     rows = mod.batch_curve(X, y, [200, 1000], n_components=100, horizon=600)
     assert len(rows) == 2 and rows[1][2] < majority
+
+
+def test_jezequel_every_paper_learner_runs_and_exact_krr_paths_agree():
+    from kernelflow.datasets._online import load_online_stream
+
+    mod = _load("repro_jezequel")
+    X, y = load_online_stream("flights", n=300, shuffle=True)
+    curves = mod.online_curves(X, y, degrees=(2, 3, 4))
+    assert set(curves) == {"PKAWV-Taylor M=2", "PKAWV-Taylor M=3", "PKAWV-Taylor M=4",
+                           "PKAWV-Nystrom (KORS)", "FOGD D=1000", "Pros-N-KONS", mod.KRR}
+    assert all(c.rounds == 300 and np.all(np.isin(c.losses, (0.0, 1.0)))
+               for c in curves.values())
+    # the incremental exact learner and the one-Cholesky predictions make the same mistakes
+    chol, _ = mod.exact_krr_curve(X, y)
+    np.testing.assert_array_equal(curves[mod.KRR].losses, chol.losses)
+    assert chol.elapsed is None
+
+
+def test_jezequel_equal_time_rows_take_the_state_reached_within_the_time():
+    mod = _load("repro_jezequel")
+    losses = np.array([1.0, 0.0, 0.0, 1.0])
+    c = mod.Curve(losses, np.cumsum(losses) / np.arange(1, 5), np.array([0.1, 0.2, 0.5, 2.0]))
+    assert c.at_time(0.05)[0] == 0 and np.isnan(c.at_time(0.05)[1])
+    assert c.at_time(0.5) == (3, pytest.approx(1 / 3))
+    assert c.recent(2) == 0.5
+    batch = [(100, 0.3, 0.4), (1000, 1.5, 0.2), (10000, 20.0, 0.1)]
+    rows = dict(mod.equal_time_rows({"online": c}, {"batch": batch}, [0.2, 2.0, 30.0]))
+    assert rows["online"] == [(2, 0.5), (4, 0.5), (4, 0.5)]
+    assert rows["batch"][0][0] == 0 and rows["batch"][1:] == [(1000, 0.2), (10000, 0.1)]
