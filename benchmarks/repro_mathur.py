@@ -78,19 +78,38 @@ def cssp_factors(X, ks, selectors=CSSP_SELECTORS, trials=5):
     return res
 
 
-def large_factors(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3):
-    """Frobenius factors and selection times ``{selector: {k: [(factor, seconds), ...]}}``."""
+def _tail_fro2(K, ks, dense_max=5000):
+    """``sum_{i>k} lam_i^2`` for each k: all eigenvalues up to ``dense_max`` rows, else
+    ``||K||_F^2`` minus the top ``max(ks)`` eigenvalues by Lanczos (scipy ``eigsh``)."""
+    if K.shape[0] <= dense_max:
+        lam = torch.linalg.eigvalsh(K).flip(0).clamp_min(0)
+        return {k: float((lam[k:] ** 2).sum()) for k in ks}
+    from scipy.sparse.linalg import eigsh
+
+    top = np.sort(eigsh(K.numpy(), k=max(ks), which="LA", return_eigenvectors=False))[::-1]
+    total = float((K * K).sum())
+    return {k: total - float((top[:k] ** 2).sum()) for k in ks}
+
+
+def large_factors(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3, dense_max=5000):
+    """Frobenius factors and selection times ``{selector: {k: [(factor, seconds), ...]}}``.
+
+    Above ``dense_max`` rows the continuous selector runs with ``cache=False`` (products
+    through the tiled kernel engine, no stored n x n kernel inside the selector) and the
+    best rank-k errors come from the top eigenvalues only; K is still formed once for the
+    errors (8 n^2 bytes)."""
     ker = Gaussian(sigma)
     K = ker(torch.as_tensor(X), torch.as_tensor(X))
-    lam = torch.linalg.eigvalsh(K).flip(0).clamp_min(0)
-    tail = {k: float((lam[k:] ** 2).sum()) for k in ks}
+    tail = _tail_fro2(K, ks, dense_max)
+    params = {"cache": False} if len(X) > dense_max else {}
     res = {s: {} for s in selectors}
     for s in selectors:
         for k in ks:
             out = []
             for trial in range(trials):
                 t0 = time.perf_counter()
-                idx = _select(s, X, ker, k, 1000 * trial + k)
+                idx = _select(s, X, ker, k, 1000 * trial + k,
+                              **(params if s == "continuous" else {}))
                 secs = time.perf_counter() - t0
                 _, fro2 = nystrom_residual(K, idx)
                 out.append((float(np.sqrt(fro2 / tail[k])), secs))
@@ -328,9 +347,15 @@ def main(argv=None):
     if a.merge:
         import json
 
-        for f in a.merge:
+        for f in a.merge:  # rows of the same set from several files are pooled
             with open(f) as fh:
-                swept.update(json.load(fh))
+                for name, res in json.load(fh).items():
+                    tgt = swept.setdefault(name, {"n": res.get("n", 800), "rows": [],
+                                                  "relaxed": []})
+                    seen = {(r["variant"], r["k"], r["trial"]) for r in tgt["rows"]}
+                    tgt["rows"] += [r for r in res["rows"]
+                                    if (r["variant"], r["k"], r["trial"]) not in seen]
+                    tgt["relaxed"] += res["relaxed"]
     elif "sweep" in a.sections:
         ks = [20] if a.quick else a.sweep_ks
         swept = sweep(a.sweep_sets, ks, n=300 if a.quick else 800, trials=trials,
