@@ -249,8 +249,9 @@ def sweep_markdown(out, ks):
     for name, res in out.items():
         rows = res["rows"]
         labels = list(dict.fromkeys(r["variant"] for r in rows))
-        lines += [f"\n{name} (n = {res.get('n', 800)}): squared Frobenius factor, median [min, max] over the "
-                  "trials / median seconds; last columns: median factor over greedy's\n",
+        lines += [f"\n{name} (n = {res.get('n', 800)}): squared Frobenius factor, median "
+                  "[min, max] over the trials / median seconds; last columns: median factor "
+                  "over greedy's\n",
                   "| variant | trials | " + " | ".join(f"k = {k}" for k in ks) + " | "
                   + " | ".join(f"/ greedy k = {k}" for k in ks) + " | methods |",
                   "|---|---:|" + "---:|" * (2 * len(ks)) + "---|"]
@@ -432,7 +433,8 @@ def _plot_sweep(out, folder):
         ax.invert_yaxis()
         ax.set_xscale("log")
         ax.set_xlabel("median squared Frobenius factor / greedy's (log)")
-        ax.set_title(f"{name}, n = {res.get('n', 800)}: ContinuousSelector variants vs greedy", fontsize=9)
+        ax.set_title(f"{name}, n = {res.get('n', 800)}: ContinuousSelector variants vs greedy",
+                     fontsize=9)
         ax.grid(alpha=0.3, which="both", axis="x")
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
