@@ -220,7 +220,14 @@ def sweep(names=("clusters", "concrete"), ks=(20, 50, 100), n=800, trials=3,
             for k in ks:
                 for trial in range(costly_trials if costly else trials):
                     t0 = time.perf_counter()
-                    res = ContinuousSelector(**params).run(X, ker, k, random_state=1000 * trial + k)
+                    try:
+                        res = ContinuousSelector(**params).run(X, ker, k,
+                                                               random_state=1000 * trial + k)
+                    except (ArithmeticError, ValueError, RuntimeError) as exc:
+                        print(f"   [{name}] {label} k={k} seed={1000 * trial + k}: "
+                              f"{type(exc).__name__}: {exc}", flush=True)
+                        rows.append(dict(variant=label, k=k, trial=trial, failed=repr(exc)))
+                        continue
                     secs = time.perf_counter() - t0
                     idx = res.support
                     rows.append(dict(variant=label, k=k, trial=trial, seconds=secs,
@@ -239,7 +246,7 @@ def sweep(names=("clusters", "concrete"), ks=(20, 50, 100), n=800, trials=3,
 
 
 def _med(rows, label, k, key="factor"):
-    v = [r[key] for r in rows if r["variant"] == label and r["k"] == k]
+    v = [r[key] for r in rows if r["variant"] == label and r["k"] == k and key in r]
     return float(np.median(v)) if v else float("nan")
 
 
@@ -258,16 +265,22 @@ def sweep_markdown(out, ks):
         for lab in labels:
             cells, ratios = [], []
             for k in ks:
-                v = [r["factor"] for r in rows if r["variant"] == lab and r["k"] == k]
+                v = [r["factor"] for r in rows
+                     if r["variant"] == lab and r["k"] == k and "factor" in r]
+                nfail = sum(1 for r in rows if r["variant"] == lab and r["k"] == k
+                            and "failed" in r)
                 if not v:
                     cells.append("n/a")
                     ratios.append("n/a")
                     continue
                 span = f" [{min(v):.3g}, {max(v):.3g}]" if len(v) > 1 else ""
-                cells.append(f"{np.median(v):.3g}{span} / {_med(rows, lab, k, 'seconds'):.2g} s")
+                fail = f" ({nfail} failed)" if nfail else ""
+                cells.append(f"{np.median(v):.3g}{span} / {_med(rows, lab, k, 'seconds'):.2g} s"
+                             + fail)
                 ratios.append(f"{np.median(v) / _med(rows, 'greedy', k):.2f}")
             nt = len({r["trial"] for r in rows if r["variant"] == lab})
-            meth = sorted({r.get("method", "-") for r in rows if r["variant"] == lab})
+            meth = sorted({r.get("method", "error" if "failed" in r else "-")
+                           for r in rows if r["variant"] == lab})
             lines.append(f"| {lab} | {nt} | " + " | ".join(cells) + " | " + " | ".join(ratios)
                          + f" | {', '.join(meth)} |")
         if res["relaxed"]:
@@ -359,7 +372,8 @@ def main(argv=None):
                     tgt["relaxed"] += res["relaxed"]
     elif "sweep" in a.sections:
         ks = [20] if a.quick else a.sweep_ks
-        swept = sweep(a.sweep_sets, ks, n=300 if a.quick else 800, trials=trials,
+        swept = sweep(a.sweep_sets, ks, n=300 if a.quick else 800,
+                      trials=2 if a.quick else a.sweep_trials,
                       costly_trials=1 if a.quick else a.sweep_costly_trials,
                       variants=["default", "k_tol=0"] if a.quick else a.sweep_variants,
                       json_path=a.json)
