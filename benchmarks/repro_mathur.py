@@ -428,31 +428,38 @@ def _plot(cssp, large, folder):
 
 
 def _plot_sweep(out, folder):
-    """Median factor over greedy's, per variant (rows) and k, one panel per set."""
+    """Median factor over greedy's, per variant (rows, the same on every panel) and k."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
-    fig, axes = plt.subplots(1, len(out), figsize=(5.6 * len(out), 5.2), sharey=True)
+    present = {r["variant"] for res in out.values() for r in res["rows"]}
+    labels = [lab for lab in ["rpcholesky"] + [v[0] for v in SWEEP_VARIANTS] if lab in present]
+    y = np.arange(len(labels))
+    fig, axes = plt.subplots(1, len(out), figsize=(5.4 * len(out), 0.32 * len(labels) + 1.6),
+                             sharey=True, sharex=True)
     axes = np.atleast_1d(axes)
     for ax, (name, res) in zip(axes, out.items()):
         rows = res["rows"]
         ks = sorted({r["k"] for r in rows})
-        labels = [lab for lab in dict.fromkeys(r["variant"] for r in rows) if lab != "greedy"]
-        y = np.arange(len(labels))
         for j, (k, col) in enumerate(zip(ks, ["#9ecae1", "#3182bd", "#08519c"])):
             ratio = [_med(rows, lab, k) / _med(rows, "greedy", k) for lab in labels]
             ax.scatter(ratio, y + (j - 1) * 0.22, color=col, marker="o", s=22, label=f"k = {k}")
-        ax.axvline(1.0, color="black", lw=1)
-        ax.set_yticks(y, labels, fontsize=8)
-        ax.invert_yaxis()
+        ax.axvline(1.0, color="black", lw=1, label="greedy")
         ax.set_xscale("log")
-        ax.set_xlabel("median squared Frobenius factor / greedy's (log)")
-        ax.set_title(f"{name}, n = {res.get('n', 800)}: ContinuousSelector variants vs greedy",
-                     fontsize=9)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+        ax.set_xlabel("median squared Frobenius factor / greedy's (log scale)")
+        ax.set_title(f"{name}, n = {res.get('n', 800)}, Gaussian kernel\nContinuousSelector "
+                     "variants and RPCholesky against greedy (= 1)", fontsize=9)
         ax.grid(alpha=0.3, which="both", axis="x")
         ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_yticks(y, labels, fontsize=8)
+    axes[0].invert_yaxis()
     fig.tight_layout()
     path = os.path.join(folder, "repro_mathur_sweep.png")
     fig.savefig(path, dpi=90)
