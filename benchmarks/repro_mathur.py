@@ -36,10 +36,10 @@ LARGE_SELECTORS = ["uniform", "rls", "rpcholesky", "continuous"]
 DETERMINISTIC = {"greedy", "pivoted_cholesky"}
 
 
-def _select(name, P, ker, k, seed):
+def _select(name, P, ker, k, seed, **params):
     """Indices of k landmarks among the rows of P chosen by selector ``name``."""
     if name == "continuous":
-        out = ContinuousSelector().run(P, ker, k, random_state=seed)
+        out = ContinuousSelector(**params).run(P, ker, k, random_state=seed)
         return np.asarray(out.support)
     return np.asarray(SELECTORS[name]().select(P, ker, k, random_state=seed).indices)
 
@@ -78,24 +78,226 @@ def cssp_factors(X, ks, selectors=CSSP_SELECTORS, trials=5):
     return res
 
 
-def large_factors(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3):
-    """Frobenius factors and selection times ``{selector: {k: [(factor, seconds), ...]}}``."""
+def _tail_fro2(K, ks, dense_max=5000):
+    """``sum_{i>k} lam_i^2`` for each k: all eigenvalues up to ``dense_max`` rows, else
+    ``||K||_F^2`` minus the top ``max(ks)`` eigenvalues by Lanczos (scipy ``eigsh``)."""
+    if K.shape[0] <= dense_max:
+        lam = torch.linalg.eigvalsh(K).flip(0).clamp_min(0)
+        return {k: float((lam[k:] ** 2).sum()) for k in ks}
+    from scipy.sparse.linalg import eigsh
+
+    top = np.sort(eigsh(K.numpy(), k=max(ks), which="LA", return_eigenvectors=False))[::-1]
+    total = float((K * K).sum())
+    return {k: total - float((top[:k] ** 2).sum()) for k in ks}
+
+
+def large_factors(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3, dense_max=5000):
+    """Frobenius factors and selection times ``{selector: {k: [(factor, seconds), ...]}}``.
+
+    Above ``dense_max`` rows the continuous selector runs with ``cache=False`` (products
+    through the tiled kernel engine, no stored n x n kernel inside the selector) and the
+    best rank-k errors come from the top eigenvalues only; K is still formed once for the
+    errors (8 n^2 bytes)."""
     ker = Gaussian(sigma)
     K = ker(torch.as_tensor(X), torch.as_tensor(X))
-    lam = torch.linalg.eigvalsh(K).flip(0).clamp_min(0)
-    tail = {k: float((lam[k:] ** 2).sum()) for k in ks}
+    tail = _tail_fro2(K, ks, dense_max)
+    params = {"cache": False} if len(X) > dense_max else {}
     res = {s: {} for s in selectors}
     for s in selectors:
         for k in ks:
             out = []
             for trial in range(trials):
                 t0 = time.perf_counter()
-                idx = _select(s, X, ker, k, 1000 * trial + k)
+                idx = _select(s, X, ker, k, 1000 * trial + k,
+                              **(params if s == "continuous" else {}))
                 secs = time.perf_counter() - t0
                 _, fro2 = nystrom_residual(K, idx)
                 out.append((float(np.sqrt(fro2 / tail[k])), secs))
             res[s][k] = out
     return res
+
+
+# ------------------------------------------------------------------------------------------
+# gap-to-greedy sweep: one ContinuousSelector parameter at a time, on the Nystrom setting
+
+# (label, parameters changed from ContinuousSelector()'s defaults, costly); costly variants
+# run --sweep-costly-trials trials (default 1) so that the whole sweep stays affordable
+SWEEP_VARIANTS = [
+    ("default", {}, False),
+    ("delta=0.01", {"delta": 0.01}, False),
+    ("delta=0.5", {"delta": 0.5}, False),
+    ("delta=1 (paper)", {"delta": 1.0}, False),
+    ("n_mc=1", {"n_mc": 1}, False),
+    ("k_tol=0", {"k_tol": 0.0}, False),
+    ("k_tol=0.3", {"k_tol": 0.3}, False),
+    ("k_tol=1", {"k_tol": 1.0}, False),
+    ("max_search=2", {"max_search": 2}, False),
+    ("threshold=0.2", {"threshold": 0.2}, False),
+    ("threshold=0.8", {"threshold": 0.8}, False),
+    ("truncation=1e-2", {"truncation": 1e-2}, False),
+    ("truncation=1e-5", {"truncation": 1e-5}, False),
+    ("max_iter=1000", {"max_iter": 1000}, False),
+    ("n_mc=50", {"n_mc": 50}, True),
+    ("max_iter=3000", {"max_iter": 3000}, True),
+    ("gradient=exact", {"gradient": "exact"}, True),
+]
+SWEEP_BASELINES = ["greedy", "rpcholesky"]
+
+
+def _sweep_sets(names, n):
+    """The ``benchmarks/landmarks.py`` sets (same draw and standardisation, n training rows)
+    with the Gaussian kernel and the best rank-k errors used there."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from landmarks import load_sets
+
+    from kernelflow.kernels import median_heuristic
+
+    out = {}
+    for name, ds in load_sets(n, 400).items():
+        if name in names:
+            X = ds["Xtr"]
+            ker = Gaussian(ds["sigma"] or median_heuristic(X))
+            out[name] = (X, ker, ker(X, X))
+    return out
+
+
+def _frob2(K, idx):
+    return nystrom_residual(K, torch.as_tensor(idx))[1]
+
+
+def relaxed_check(K, res, greedy_idx, delta):
+    """The relaxed objective ``g_lam(t) = ||K - K~(t)||_F^2 + lam sum(t)`` (paper problem (3)
+    relaxed, dense) at the continuous solution ``t*`` and at three corners, at the run's
+    ``lam`` and ``delta``: the thresholded ``1(t* > tau)``, the continuous selection (after
+    trim / top-k, |S| = k) and greedy's subset (|S| = k)."""
+    from kernelflow.landmarks._relaxation import frobenius_loss
+
+    def corner(idx):
+        s = torch.zeros(K.shape[0], dtype=K.dtype)
+        s[torch.as_tensor(idx)] = 1.0
+        return float(frobenius_loss(K, s, delta, res.lam))
+
+    t = res.t.to(K.dtype)
+    return {"lam": res.lam, "g_t": float(frobenius_loss(K, t, delta, res.lam)),
+            "sum_t": float(t.sum()), "g_thr": corner(torch.nonzero(t > 0.5).flatten()),
+            "g_cont": corner(res.support), "g_greedy": corner(greedy_idx)}
+
+
+def sweep(names=("clusters", "concrete"), ks=(20, 50, 100), n=800, trials=3,
+          costly_trials=1, variants=None, json_path=None):
+    """Squared Frobenius factors ``||K - K_S||_F^2 / sum_{i>k} lam_i^2`` (as in
+    ``docs/landmarks.md``) and times of ContinuousSelector variants, greedy and RPCholesky.
+
+    Returns ``{set: {"rows": [...], "relaxed": [...]}}``; rows hold
+    ``variant, k, trial, factor, seconds, method, probes``.
+    """
+    import json
+
+    from kernelflow.landmarks import best_rank_k_errors
+
+    labels = None if variants is None else set(variants)
+    out = {}
+    for name, (X, ker, K) in _sweep_sets(names, n).items():
+        best = best_rank_k_errors(K, ks)
+        rows, relaxed, greedy_idx = [], [], {}
+        out[name] = {"n": int(X.shape[0]), "rows": rows, "relaxed": relaxed}
+        for s in SWEEP_BASELINES:
+            for k in ks:
+                for trial in range(1 if s in DETERMINISTIC else trials):
+                    t0 = time.perf_counter()
+                    idx = _select(s, X, ker, k, 1000 * trial + k)
+                    secs = time.perf_counter() - t0
+                    if s == "greedy":
+                        greedy_idx[k] = idx
+                    rows.append(dict(variant=s, k=k, trial=trial, seconds=secs,
+                                     factor=_frob2(K, idx) / best[k]["frobenius_sq"]))
+        for label, params, costly in SWEEP_VARIANTS:
+            if labels is not None and label not in labels:
+                continue
+            for k in ks:
+                for trial in range(costly_trials if costly else trials):
+                    t0 = time.perf_counter()
+                    try:
+                        res = ContinuousSelector(**params).run(X, ker, k,
+                                                               random_state=1000 * trial + k)
+                    except (ArithmeticError, ValueError, RuntimeError) as exc:
+                        print(f"   [{name}] {label} k={k} seed={1000 * trial + k}: "
+                              f"{type(exc).__name__}: {exc}", flush=True)
+                        rows.append(dict(variant=label, k=k, trial=trial, failed=repr(exc)))
+                        continue
+                    secs = time.perf_counter() - t0
+                    idx = res.support
+                    rows.append(dict(variant=label, k=k, trial=trial, seconds=secs,
+                                     factor=_frob2(K, idx) / best[k]["frobenius_sq"],
+                                     method=res.method, probes=len(res.probes)))
+                    if label == "default":
+                        delta = params.get("delta", 0.1) * float(K.diagonal().mean())
+                        relaxed.append(dict(k=k, trial=trial,
+                                            **relaxed_check(K, res, greedy_idx[k], delta)))
+            print(f"   [{name}] {label:16s}" + "".join(
+                f"  k={k}: {_med(rows, label, k):.3g}" for k in ks), flush=True)
+            if json_path:
+                with open(json_path, "w") as fh:
+                    json.dump(out, fh, indent=1)
+    return out
+
+
+def _med(rows, label, k, key="factor"):
+    v = [r[key] for r in rows if r["variant"] == label and r["k"] == k and key in r]
+    return float(np.median(v)) if v else float("nan")
+
+
+def sweep_markdown(out, ks):
+    """Tables: median factor / median time per variant, ratio to greedy, relaxed objective."""
+    lines = []
+    for name, res in out.items():
+        rows = res["rows"]
+        labels = list(dict.fromkeys(r["variant"] for r in rows))
+        lines += [f"\n{name} (n = {res.get('n', 800)}): squared Frobenius factor, median "
+                  "[min, max] over the trials / median seconds; last columns: median factor "
+                  "over greedy's\n",
+                  "| variant | trials | " + " | ".join(f"k = {k}" for k in ks) + " | "
+                  + " | ".join(f"/ greedy k = {k}" for k in ks) + " | methods |",
+                  "|---|---:|" + "---:|" * (2 * len(ks)) + "---|"]
+        for lab in labels:
+            cells, ratios = [], []
+            for k in ks:
+                v = [r["factor"] for r in rows
+                     if r["variant"] == lab and r["k"] == k and "factor" in r]
+                nfail = sum(1 for r in rows if r["variant"] == lab and r["k"] == k
+                            and "failed" in r)
+                if not v:
+                    cells.append("n/a")
+                    ratios.append("n/a")
+                    continue
+                span = f" [{min(v):.3g}, {max(v):.3g}]" if len(v) > 1 else ""
+                fail = f" ({nfail} failed)" if nfail else ""
+                cells.append(f"{np.median(v):.3g}{span} / {_med(rows, lab, k, 'seconds'):.2g} s"
+                             + fail)
+                ratios.append(f"{np.median(v) / _med(rows, 'greedy', k):.2f}")
+            nt = len({r["trial"] for r in rows if r["variant"] == lab})
+            meth = sorted({r.get("method", "error" if "failed" in r else "-")
+                           for r in rows if r["variant"] == lab})
+            lines.append(f"| {lab} | {nt} | " + " | ".join(cells) + " | " + " | ".join(ratios)
+                         + f" | {', '.join(meth)} |")
+        if res["relaxed"]:
+            lines += [f"\n{name}: relaxed objective g_lam at the default run's lam and delta "
+                      "(medians over the trials; lower is better)\n",
+                      "| k | lam | g(t*) | sum t* | g(1[t* > tau]) | g(continuous S) | "
+                      "g(greedy S) | g(greedy S) < g(t*) |",
+                      "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            for k in ks:
+                rr = [r for r in res["relaxed"] if r["k"] == k]
+                if rr:
+                    m = {key: float(np.median([r[key] for r in rr]))
+                         for key in ("lam", "g_t", "sum_t", "g_thr", "g_cont", "g_greedy")}
+                    lines.append(f"| {k} | {m['lam']:.3g} | {m['g_t']:.4g} | {m['sum_t']:.1f} | "
+                                 f"{m['g_thr']:.4g} | {m['g_cont']:.4g} | {m['g_greedy']:.4g} | "
+                                 f"{sum(r['g_greedy'] < r['g_t'] for r in rr)} of {len(rr)} |")
+    return "\n".join(lines) + "\n"
 
 
 def _cssp_sets():
@@ -124,13 +326,22 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=4000, help="rows of the large-n stand-in")
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--large-ks", type=int, nargs="+", default=[50, 100, 200, 400])
-    p.add_argument("--sections", default="cssp,large")
+    p.add_argument("--sections", default="cssp,large", help="any of cssp, large, sweep")
     p.add_argument("--plot", default=None, help="folder for repro_mathur_*.png")
+    p.add_argument("--sweep-sets", nargs="+", default=["clusters", "concrete"])
+    p.add_argument("--sweep-ks", type=int, nargs="+", default=[20, 50, 100])
+    p.add_argument("--sweep-variants", nargs="+", default=None,
+                   help="labels of SWEEP_VARIANTS to run (default: all)")
+    p.add_argument("--sweep-trials", type=int, default=3)
+    p.add_argument("--sweep-costly-trials", type=int, default=1)
+    p.add_argument("--json", default=None, help="sweep results, rewritten after every variant")
+    p.add_argument("--merge", nargs="+", default=None,
+                   help="sweep JSON files (disjoint sets) to tabulate and plot instead of running")
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     trials = 2 if a.quick else a.trials
     cssp, large = {}, {}
-    if "cssp" in a.sections:
+    if "cssp" in a.sections and not a.merge:
         ks = [5, 10, 20] if a.quick else [5, 10, 15, 20, 25]
         for name, X in _cssp_sets().items():
             cssp[name] = cssp_factors(X, ks, trials=trials)
@@ -138,7 +349,7 @@ def main(argv=None):
             print(f"{'selector':12s}" + "".join(f"{'k=' + str(k):>28s}" for k in ks))
             for s, byk in cssp[name].items():
                 print(f"{s:12s}" + "".join(f"{_fmt(byk[k]):>28s}" for k in ks))
-    if "large" in a.sections:
+    if "large" in a.sections and not a.merge:
         n = 600 if a.quick else a.n
         ks = [20, 50] if a.quick else a.large_ks
         X = _large_set(n)
@@ -148,8 +359,33 @@ def main(argv=None):
             cells = [f"{np.median([f for f, _ in v]):.3f} / {np.median([t for _, t in v]):.2f}s"
                      for v in byk.values()]
             print(f"{s:12s}" + "".join(f"{c:>22s}" for c in cells))
-    if a.plot:
+    swept = {}
+    if a.merge:
+        import json
+
+        for f in a.merge:  # rows of the same set from several files are pooled
+            with open(f) as fh:
+                for name, res in json.load(fh).items():
+                    tgt = swept.setdefault(name, {"n": res.get("n", 800), "rows": [],
+                                                  "relaxed": []})
+                    seen = {(r["variant"], r["k"], r["trial"]) for r in tgt["rows"]}
+                    tgt["rows"] += [r for r in res["rows"]
+                                    if (r["variant"], r["k"], r["trial"]) not in seen]
+                    tgt["relaxed"] += res["relaxed"]
+    elif "sweep" in a.sections:
+        ks = [20] if a.quick else a.sweep_ks
+        swept = sweep(a.sweep_sets, ks, n=300 if a.quick else 800,
+                      trials=2 if a.quick else a.sweep_trials,
+                      costly_trials=1 if a.quick else a.sweep_costly_trials,
+                      variants=["default", "k_tol=0"] if a.quick else a.sweep_variants,
+                      json_path=a.json)
+    if swept:
+        ks = sorted({r["k"] for res in swept.values() for r in res["rows"]})
+        print(sweep_markdown(swept, ks))
+    if a.plot and (cssp or large):
         _plot(cssp, large, a.plot)
+    if a.plot and swept:
+        _plot_sweep(swept, a.plot)
     return cssp, large
 
 
@@ -187,6 +423,45 @@ def _plot(cssp, large, folder):
         ax.legend(fontsize=7)
     fig.tight_layout()
     path = os.path.join(folder, "repro_mathur.png")
+    fig.savefig(path, dpi=90)
+    print(f"wrote {path}")
+
+
+def _plot_sweep(out, folder):
+    """Median factor over greedy's, per variant (rows, the same on every panel) and k."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    present = {r["variant"] for res in out.values() for r in res["rows"]}
+    labels = [lab for lab in ["rpcholesky"] + [v[0] for v in SWEEP_VARIANTS] if lab in present]
+    y = np.arange(len(labels))
+    fig, axes = plt.subplots(1, len(out), figsize=(5.4 * len(out), 0.32 * len(labels) + 1.6),
+                             sharey=True, sharex=True)
+    axes = np.atleast_1d(axes)
+    for ax, (name, res) in zip(axes, out.items()):
+        rows = res["rows"]
+        ks = sorted({r["k"] for r in rows})
+        for j, (k, col) in enumerate(zip(ks, ["#9ecae1", "#3182bd", "#08519c"])):
+            ratio = [_med(rows, lab, k) / _med(rows, "greedy", k) for lab in labels]
+            ax.scatter(ratio, y + (j - 1) * 0.22, color=col, marker="o", s=22, label=f"k = {k}")
+        ax.axvline(1.0, color="black", lw=1, label="greedy")
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _: f"{v:g}" if f"{v:g}"[0] in "25" else ""))
+        ax.tick_params(axis="x", which="minor", labelsize=7)
+        ax.set_xlabel("median squared Frobenius factor / greedy's (log scale)")
+        ax.set_title(f"{name}, n = {res.get('n', 800)}, Gaussian kernel\nContinuousSelector "
+                     "variants and RPCholesky against greedy (= 1)", fontsize=9)
+        ax.grid(alpha=0.3, which="both", axis="x")
+        ax.legend(fontsize=7, loc="lower right")
+    axes[0].set_yticks(y, labels, fontsize=8)
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+    path = os.path.join(folder, "repro_mathur_sweep.png")
     fig.savefig(path, dpi=90)
     print(f"wrote {path}")
 

@@ -45,6 +45,25 @@ def test_mathur_nystrom_residual_matches_direct_projection():
     assert fro2 == pytest.approx((R**2).sum(), rel=1e-9)
 
 
+def test_mathur_relaxed_objective_at_corners_is_the_nystrom_error_plus_penalty():
+    import torch
+
+    from kernelflow.kernels import Gaussian
+    from kernelflow.landmarks import ContinuousSelector
+
+    mod = _load("repro_mathur")
+    X = torch.as_tensor(np.random.default_rng(1).standard_normal((60, 2)))
+    ker = Gaussian(1.0)
+    K = ker(X, X)
+    res = ContinuousSelector(max_iter=60).run(X, ker, 5, random_state=0)
+    greedy = np.array([0, 10, 20, 30, 40])
+    out = mod.relaxed_check(K, res, greedy, delta=0.1)
+    # Lemma 2.6: at a binary s, g_lam(s) = ||K - K_s||_F^2 + lam |s| for any delta
+    assert out["g_cont"] == pytest.approx(mod._frob2(K, res.support) + 5 * res.lam, rel=1e-8)
+    assert out["g_greedy"] == pytest.approx(mod._frob2(K, greedy) + 5 * res.lam, rel=1e-8)
+    assert out["sum_t"] == pytest.approx(float(res.t.sum()))
+
+
 def test_dai_averaged_error_decreases_near_one_over_t():
     mod = _load("repro_dai")
     t, e, ea, slope = mod.rate_curve(n=256, iters=64, batch=32)
