@@ -355,3 +355,15 @@ def test_trim_keeps_a_small_cluster_covered():
     t[support] = torch.tensor([0.99, 0.98, 0.97, 0.96, 0.6], dtype=D)
     assert 20 not in _top_k(DenseGram(K), t, 4).tolist()
     assert 20 in _trim(DenseGram(K), support, 4).tolist()
+
+
+def test_lambda_extrapolation_with_a_flat_slope_does_not_overflow():
+    from kernelflow.landmarks.continuous import _extrapolate
+
+    # sizes barely change over a decade of lambda: the secant's step would be exp(1260)
+    probes = [(1.0, 400), (10.0, 399)]
+    assert _extrapolate(probes, 100, 1.0, up=True) == 100.0
+    assert _extrapolate(probes, 100, 1.0, up=False) == 1.0 / 100.0
+    # an ordinary slope is unchanged: sizes halve per doubling of lambda, k is 4x below
+    step = _extrapolate([(1.0, 1600), (2.0, 800)], 200, 2.0, up=True) / 2.0
+    assert step == pytest.approx(4.0)

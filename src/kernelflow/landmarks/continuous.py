@@ -399,7 +399,9 @@ def _extrapolate(probes: list[tuple[float, int]], k: int, lam: float, *, up: boo
         if s1 > 0 and s2 > 0 and s1 != s2 and l1 != l2:
             slope = (math.log(s2) - math.log(s1)) / (math.log(l2) - math.log(l1))
             if slope < 0:
-                step = math.exp(abs((math.log(k) - math.log(s2)) / slope))
+                # the exponent is clamped first: a nearly flat slope would overflow exp
+                step = math.exp(min(abs((math.log(k) - math.log(s2)) / slope),
+                                    math.log(100.0)))
     step = min(max(step, 1.5), 100.0)
     return lam * step if up else lam / step
 
