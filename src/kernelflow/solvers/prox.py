@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -71,6 +72,72 @@ def l1_ball_threshold(a: torch.Tensor, radius, theta0=None) -> torch.Tensor:
 
 
 def _l1_level(a, radius, theta0):
+    # Newton on phi in the form theta + phi(theta) / #{a > theta}, three passes over a per step.
+    # The active sets are nested along the iteration, so an unchanged count means an unchanged
+    # set, i.e. the last step was exact; rows that are done leave the working set, so the few
+    # rows that need many steps cost little. On CPU the elementwise work of a step runs on
+    # NumPy views (far cheaper per call than tensor operations on small batches) and the row
+    # sums stay tensor sums, so the iterates are those of the tensor code.
+    if (a.device.type == "cpu" and a.dtype in (torch.float32, torch.float64)
+            and not a.requires_grad and theta0 is None
+            and a.ndim >= 1 and a.shape[-1] > 0):
+        rad = torch.as_tensor(radius, dtype=a.dtype, device=a.device)
+        if not rad.requires_grad:
+            return _l1_level_host(a, rad)
+    return _l1_level_tensor(a, radius, theta0)
+
+
+def _row_sum(d: np.ndarray) -> np.ndarray:
+    """Row sums (B, 1) of a C-contiguous (B, n) array by torch (its rounding, not NumPy's)."""
+    return torch.from_numpy(d).sum(dim=-1, keepdim=True).numpy()
+
+
+def _l1_level_host(a, radius):
+    """:func:`_l1_level` from the cold start for CPU tensors (same steps, same rounding)."""
+    n = a.shape[-1]
+    lead = a.shape[:-1]
+    a2 = a.reshape(-1, n)
+    B = a2.shape[0]
+    r2 = radius.expand(*lead, 1).reshape(B, 1) if radius.ndim else radius.expand(B, 1)
+    total = a2.sum(dim=-1, keepdim=True)
+    A = np.ascontiguousarray(a2.numpy())
+    R = r2.numpy()
+    T = total.numpy()
+    ftype = A.dtype.type
+    with np.errstate(all="ignore"):  # tensors do not warn on overflow or 0 / 0 either
+        cold = np.maximum((T - R) / ftype(n), ftype(0.0))
+        theta = cold.copy()
+        rows = None  # None: every row is still iterating
+        last = None
+        for _ in range(n + 2):
+            sub = A if rows is None else A[rows]
+            th = theta if rows is None else theta[rows]
+            rr = R if rows is None else R[rows]
+            cc = cold if rows is None else cold[rows]
+            d = np.subtract(sub, th)
+            np.maximum(d, ftype(0.0), out=d)
+            count = np.count_nonzero(d, axis=-1).reshape(-1, 1)
+            phi = _row_sum(d) - rr
+            new = np.where(count > 0, th + phi / np.maximum(count, 1).astype(A.dtype), cc)
+            np.maximum(new, ftype(0.0), out=new)
+            if rows is None:
+                theta = new
+            else:
+                theta[rows] = new
+            if last is not None:
+                going = (count != last).reshape(-1)
+                if not going.any():
+                    break
+                keep = np.flatnonzero(going)
+                rows = keep if rows is None else rows[keep]
+                count = count[keep]
+            last = count
+    inside = total <= r2
+    theta_t = torch.from_numpy(theta).masked_fill_(inside, 0.0)
+    return theta_t.reshape(*lead, 1), inside.reshape(*lead, 1)
+
+
+def _l1_level_tensor(a, radius, theta0):
     # Newton on phi in the form theta + phi(theta) / #{a > theta}, three passes over a per step.
     # The active sets are nested along the iteration, so an unchanged count means an unchanged
     # set, i.e. the last step was exact; rows that are done leave the working set, so the few
