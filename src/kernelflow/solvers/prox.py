@@ -87,11 +87,6 @@ def _l1_level(a, radius, theta0):
     return _l1_level_tensor(a, radius, theta0)
 
 
-def _row_sum(d: np.ndarray) -> np.ndarray:
-    """Row sums (B, 1) of a C-contiguous (B, n) array by torch (its rounding, not NumPy's)."""
-    return torch.from_numpy(d).sum(dim=-1, keepdim=True).numpy()
-
-
 def _l1_level_host(a, radius):
     """:func:`_l1_level` from the cold start for CPU tensors (same steps, same rounding)."""
     n = a.shape[-1]
@@ -102,35 +97,36 @@ def _l1_level_host(a, radius):
     total = a2.sum(dim=-1, keepdim=True)
     A = np.ascontiguousarray(a2.numpy())
     R = r2.numpy()
-    T = total.numpy()
     ftype = A.dtype.type
+    zero = ftype(0.0)
     with np.errstate(all="ignore"):  # tensors do not warn on overflow or 0 / 0 either
-        cold = np.maximum((T - R) / ftype(n), ftype(0.0))
+        cold = np.maximum((total.numpy() - R) / ftype(n), zero)
         theta = cold.copy()
+        sub, rr, cc, th = A, R, cold, theta
         rows = None  # None: every row is still iterating
         last = None
         for _ in range(n + 2):
-            sub = A if rows is None else A[rows]
-            th = theta if rows is None else theta[rows]
-            rr = R if rows is None else R[rows]
-            cc = cold if rows is None else cold[rows]
             d = np.subtract(sub, th)
-            np.maximum(d, ftype(0.0), out=d)
-            count = np.count_nonzero(d, axis=-1).reshape(-1, 1)
-            phi = _row_sum(d) - rr
-            new = np.where(count > 0, th + phi / np.maximum(count, 1).astype(A.dtype), cc)
-            np.maximum(new, ftype(0.0), out=new)
+            np.maximum(d, zero, out=d)
+            t = torch.from_numpy(d)
+            count = torch.count_nonzero(t, dim=-1).numpy().reshape(-1, 1)
+            phi = t.sum(dim=-1, keepdim=True).numpy() - rr  # the tensor sum's rounding
+            new = np.where(count > 0, th + phi / np.maximum(count, 1, dtype=A.dtype), cc)
+            np.maximum(new, zero, out=new)
             if rows is None:
                 theta = new
             else:
                 theta[rows] = new
             if last is not None:
                 going = (count != last).reshape(-1)
-                if not going.any():
+                if not np.logical_or.reduce(going):
                     break
-                keep = np.flatnonzero(going)
+                keep = going.nonzero()[0]
                 rows = keep if rows is None else rows[keep]
                 count = count[keep]
+                sub, rr, cc, th = A[rows], R[rows], cold[rows], theta[rows]
+            else:
+                th = theta
             last = count
     inside = total <= r2
     theta_t = torch.from_numpy(theta).masked_fill_(inside, 0.0)
