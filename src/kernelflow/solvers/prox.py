@@ -108,9 +108,8 @@ def _l1_level_host(a, radius):
         for _ in range(n + 2):
             d = np.subtract(sub, th)
             np.maximum(d, zero, out=d)
-            t = torch.from_numpy(d)
-            count = torch.count_nonzero(t, dim=-1).numpy().reshape(-1, 1)
-            phi = t.sum(dim=-1, keepdim=True).numpy() - rr  # the tensor sum's rounding
+            count = np.add.reduce(d != zero, axis=-1, dtype=np.int64).reshape(-1, 1)
+            phi = torch.from_numpy(d).sum(dim=-1, keepdim=True).numpy() - rr  # tensor rounding
             new = np.where(count > 0, th + phi / np.maximum(count, 1, dtype=A.dtype), cc)
             np.maximum(new, zero, out=new)
             if rows is None:
