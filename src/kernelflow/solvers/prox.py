@@ -72,12 +72,9 @@ def l1_ball_threshold(a: torch.Tensor, radius, theta0=None) -> torch.Tensor:
 
 
 def _l1_level(a, radius, theta0):
-    # Newton on phi in the form theta + phi(theta) / #{a > theta}, three passes over a per step.
-    # The active sets are nested along the iteration, so an unchanged count means an unchanged
-    # set, i.e. the last step was exact; rows that are done leave the working set, so the few
-    # rows that need many steps cost little. On CPU the elementwise work of a step runs on
-    # NumPy views (far cheaper per call than tensor operations on small batches) and the row
-    # sums stay tensor sums, so the iterates are those of the tensor code.
+    # From the cold start on CPU the elementwise work of each Newton step runs on NumPy views
+    # (far cheaper per call than tensor operations on the small batches of a proximal method)
+    # while the row sums stay tensor sums, so the iterates are those of the tensor code.
     if (a.device.type == "cpu" and a.dtype in (torch.float32, torch.float64)
             and not a.requires_grad and theta0 is None
             and a.ndim >= 1 and a.shape[-1] > 0):
