@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -71,6 +72,64 @@ def l1_ball_threshold(a: torch.Tensor, radius, theta0=None) -> torch.Tensor:
 
 
 def _l1_level(a, radius, theta0):
+    # From the cold start on CPU the elementwise work of each Newton step runs on NumPy views
+    # (far cheaper per call than tensor operations on the small batches of a proximal method)
+    # while the row sums stay tensor sums, so the iterates are those of the tensor code.
+    if (a.device.type == "cpu" and a.dtype in (torch.float32, torch.float64)
+            and not a.requires_grad and theta0 is None
+            and a.ndim >= 1 and a.shape[-1] > 0):
+        rad = torch.as_tensor(radius, dtype=a.dtype, device=a.device)
+        if not rad.requires_grad:
+            return _l1_level_host(a, rad)
+    return _l1_level_tensor(a, radius, theta0)
+
+
+def _l1_level_host(a, radius):
+    """:func:`_l1_level` from the cold start for CPU tensors (same steps, same rounding)."""
+    n = a.shape[-1]
+    lead = a.shape[:-1]
+    a2 = a.reshape(-1, n)
+    B = a2.shape[0]
+    r2 = radius.expand(*lead, 1).reshape(B, 1) if radius.ndim else radius.expand(B, 1)
+    total = a2.sum(dim=-1, keepdim=True)
+    A = np.ascontiguousarray(a2.numpy())
+    R = r2.numpy()
+    ftype = A.dtype.type
+    zero = ftype(0.0)
+    with np.errstate(all="ignore"):  # tensors do not warn on overflow or 0 / 0 either
+        cold = np.maximum((total.numpy() - R) / ftype(n), zero)
+        theta = cold.copy()
+        sub, rr, cc, th = A, R, cold, theta
+        rows = None  # None: every row is still iterating
+        last = None
+        for _ in range(n + 2):
+            d = np.subtract(sub, th)
+            np.maximum(d, zero, out=d)
+            count = np.add.reduce(d != zero, axis=-1, dtype=np.int64).reshape(-1, 1)
+            phi = torch.from_numpy(d).sum(dim=-1, keepdim=True).numpy() - rr  # tensor rounding
+            new = np.where(count > 0, th + phi / np.maximum(count, 1, dtype=A.dtype), cc)
+            np.maximum(new, zero, out=new)
+            if rows is None:
+                theta = new
+            else:
+                theta[rows] = new
+            if last is not None:
+                going = (count != last).reshape(-1)
+                if not np.logical_or.reduce(going):
+                    break
+                keep = going.nonzero()[0]
+                rows = keep if rows is None else rows[keep]
+                count = count[keep]
+                sub, rr, cc, th = A[rows], R[rows], cold[rows], theta[rows]
+            else:
+                th = theta
+            last = count
+    inside = total <= r2
+    theta_t = torch.from_numpy(theta).masked_fill_(inside, 0.0)
+    return theta_t.reshape(*lead, 1), inside.reshape(*lead, 1)
+
+
+def _l1_level_tensor(a, radius, theta0):
     # Newton on phi in the form theta + phi(theta) / #{a > theta}, three passes over a per step.
     # The active sets are nested along the iteration, so an unchanged count means an unchanged
     # set, i.e. the last step was exact; rows that are done leave the working set, so the few

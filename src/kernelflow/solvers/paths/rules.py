@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ...linalg import power_iteration
@@ -471,11 +472,17 @@ class HuberRule(PathRule):
         self.epsilon = epsilon
         self.constant = float(constant)
         self.last_epsilon = None
+        self._layout = None  # cached training positions of the last mask
 
     def threshold(self, residual: torch.Tensor, mask: torch.Tensor | None = None):
         """epsilon, or the adaptive threshold of each problem (shape (..., 1))."""
         if self.epsilon is not None:
             return self.epsilon
+        host = self._host(residual, mask)
+        return torch.from_numpy(host[0]) if host is not None else self._tensor_threshold(
+            residual, mask)
+
+    def _tensor_threshold(self, residual, mask):
         r = residual if mask is None else torch.where(mask > 0, residual, torch.nan)
         med = r.nanmedian(dim=-1, keepdim=True).values
         mad = (r - med).abs().nanmedian(dim=-1, keepdim=True).values
@@ -484,7 +491,88 @@ class HuberRule(PathRule):
                .sum(-1, keepdim=True) / count).sqrt()
         return self.constant * torch.where(mad > 0, 1.4826 * mad, rms)
 
+    def _rows(self, mask, shape):
+        """Positions of the order statistics of every problem (rows of the (B, n) batch).
+
+        Returns ``(train, mid, last)``: the training-row mask as a (B, n) array (None without
+        a mask), and the positions of the lower median and of the largest value after a
+        row-wise sort that puts the other rows last: integers when all problems have the
+        same number of training rows, else ``(rows, per-row positions)`` index pairs. None
+        where a problem has no training row. Cached for the mask object (and its version),
+        which a path keeps between steps.
+        """
+        n = shape[-1]
+        key = None if mask is None else (id(mask), mask._version, tuple(mask.shape))
+        layout = getattr(self, "_layout", None)
+        if layout is not None and layout[:2] == (key, shape):
+            return layout[2]
+        if mask is None:
+            keep, count = None, np.full(1, n, dtype=np.int64)
+        else:
+            keep = np.ascontiguousarray(np.broadcast_to((mask > 0).numpy(), shape)).reshape(-1, n)
+            count = keep.sum(-1, dtype=np.int64)
+        if not bool((count > 0).all()):
+            rows = None
+        elif bool((count == count[0]).all()):
+            rows = (keep, int(count[0] - 1) // 2, int(count[0] - 1))
+        else:
+            at = np.arange(count.size)
+            rows = (keep, (at, (count - 1) // 2), (at, count - 1))
+        self._layout = (key, shape, rows, mask)  # holding the mask keeps its id unique
+        return rows
+
+    def _host(self, residual, mask, alpha=None, eta=None):
+        """The adaptive threshold on CPU tensors by NumPy (one call costs far less than a
+        tensor operation on the small batches of a path), with the same values.
+
+        Returns ``(epsilon, psi(residual))`` (an array and a tensor), psi replaced by
+        ``alpha + eta psi`` when ``alpha`` is given, or None where the tensor code must
+        decide: another device,
+        autograd, a dtype other than float32/float64, a problem without training rows, a NaN
+        deviation from the median (NaN residuals, inf - inf) or a zero MAD (the root mean
+        square). Medians are order statistics and the rest is elementwise, each rounded as
+        the tensor code rounds it (``eta`` in the dtype, as torch takes a Python scalar).
+        """
+        if (self.epsilon is not None or residual.device.type != "cpu"
+                or residual.requires_grad or residual.dtype not in (torch.float32, torch.float64)
+                or residual.ndim == 0 or residual.shape[-1] == 0
+                or (mask is not None and (mask.device.type != "cpu" or mask.requires_grad))):
+            return None
+        shape = tuple(residual.shape)
+        rows = self._rows(mask, shape)
+        if rows is None:
+            return None
+        keep, mid, last = rows
+        r = residual.numpy()
+        with np.errstate(all="ignore"):  # tensors do not warn on inf - inf or overflow either
+            w = r.reshape(-1, shape[-1])
+            w = np.where(keep, w, np.nan) if keep is not None else w.copy()
+            s = np.sort(w, axis=-1)  # the other problems' rows (NaN) last
+            med = s[:, mid, None] if isinstance(mid, int) else s[mid][:, None]
+            dev = np.abs(np.subtract(w, med, out=w), out=w)
+            dev.sort(axis=-1)
+            mad = dev[:, mid] if isinstance(mid, int) else dev[mid]
+            top = dev[:, last] if isinstance(last, int) else dev[last]
+            if not np.minimum.reduce(np.minimum(mad, top)) > 0:  # NaN fails too
+                return None
+            eps = (self.constant * (1.4826 * mad)).reshape(*shape[:-1], 1)
+            # the result lives in a tensor's own storage: products with it then see the
+            # memory alignment they see with the tensor code
+            out = torch.empty(shape, dtype=residual.dtype)
+            psi = out.numpy()
+            np.maximum(r, -eps, out=psi)
+            np.minimum(psi, eps, out=psi)
+            if alpha is not None:
+                if eta != 1:
+                    np.multiply(psi, psi.dtype.type(eta), out=psi)
+                np.add(alpha.numpy(), psi, out=psi)
+        return eps, out
+
     def direction(self, residual, mask=None):
+        host = self._host(residual, mask)
+        if host is not None:
+            self.last_epsilon = torch.from_numpy(host[0])
+            return host[1]
         eps = self.threshold(residual, mask)
         self.last_epsilon = eps
         if isinstance(eps, float):
@@ -492,6 +580,13 @@ class HuberRule(PathRule):
         return torch.minimum(torch.maximum(residual, -eps), eps)
 
     def step(self, alpha, residual, eta, mask=None):
+        if (isinstance(eta, (int, float)) and not isinstance(eta, bool)
+                and alpha.device.type == "cpu" and alpha.dtype == residual.dtype
+                and alpha.shape == residual.shape and not alpha.requires_grad):
+            host = self._host(residual, mask, alpha, eta)
+            if host is not None:
+                self.last_epsilon = torch.from_numpy(host[0])
+                return host[1]
         return alpha + eta * self.direction(residual, mask)
 
     def learning_rate(self, K, y=None, s_max=None, sample_weight=None):
