@@ -413,6 +413,13 @@ def _plain_ticks(ax):
     ax.xaxis.set_minor_formatter(_ticker().NullFormatter())
 
 
+def _log2_counts(ax):
+    """A base-2 log x axis labelled with plain counts (256, 1024, ...)."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(_ticker().FormatStrFormatter("%d"))
+    _plain_ticks(ax)
+
+
 def _race_figure(plt, seen, errors, secs, refs, ylabel, title, floor=None, logy=True):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4.2), sharey=True)
     style = _colours(list(errors))
@@ -431,10 +438,8 @@ def _race_figure(plt, seen, errors, secs, refs, ylabel, title, floor=None, logy=
         ax.set_yscale("log" if logy else "linear")
         ax.grid(alpha=0.3, which="both")
         _plain_ticks(ax)
-    a1.set_xscale("log", base=2)
+    _log2_counts(a1)
     a1.set_xticks(seen[::2] if len(seen) > 6 else seen)
-    a1.xaxis.set_major_formatter(_ticker().FormatStrFormatter("%d"))
-    a1.xaxis.set_minor_formatter(_ticker().NullFormatter())
     a1.set_xlabel("training points seen")
     a2.set_xlabel("training wall time (s, single thread, shared machine)")
     a1.set_ylabel(ylabel)
@@ -456,9 +461,7 @@ def _plot(folder, rate, reg, cls, gp, grid=None):
     ax.loglog(ts, e, "o-", color="#9ecae1", label="iterate f_t")
     ax.loglog(ts, ea, "o-", color=_DOUBLY, label=f"averaged iterate (slope {slope:.2f})")
     ax.loglog(ts, ea[0] * ts[0] / ts, ":", color="blue", label="1/t guide")
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(_ticker().FormatStrFormatter("%d"))
-    ax.xaxis.set_minor_formatter(_ticker().NullFormatter())
+    _log2_counts(ax)
     ax.set_xlabel("iteration t")
     ax.set_ylabel("|f - f*|^2 (mean over 2000 inputs)")
     ax.set_title("doubly SGD: distance to the regularised solution", fontsize=10)
@@ -498,9 +501,7 @@ def _plot(folder, rate, reg, cls, gp, grid=None):
     a2.loglog(gp["t"], gp["mean_err"], "o-", color=_DOUBLY, label="mean: avg (mu - mu_gp)^2")
     a2.loglog(gp["t"], gp["var_err"], "s--", color="#6a51a3",
               label="variance: avg |var - var_gp|")
-    a2.set_xscale("log", base=2)
-    a2.xaxis.set_major_formatter(_ticker().FormatStrFormatter("%d"))
-    a2.xaxis.set_minor_formatter(_ticker().NullFormatter())
+    _log2_counts(a2)
     a2.set_xlabel("iteration (batch 64, feature block 512)")
     a2.set_ylabel("distance to the exact posterior")
     a2.set_title("convergence to the exact GP posterior", fontsize=10)
