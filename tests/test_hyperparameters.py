@@ -55,6 +55,18 @@ KERNEL_OF = {
 }
 
 
+def _five_point_gradient(value, theta, h=1e-3):
+    """Central differences of ``value`` at ``theta`` on five points: truncation O(h^4)."""
+    fd = torch.empty_like(theta)
+    with torch.no_grad():
+        for i in range(theta.numel()):
+            e = torch.zeros_like(theta)
+            e[i] = h
+            fd[i] = (8 * (value(theta + e) - value(theta - e))
+                     - (value(theta + 2 * e) - value(theta - 2 * e))) / (12 * h)
+    return fd
+
+
 @pytest.mark.parametrize("name", list(KERNEL_OF))
 @pytest.mark.parametrize(
     "criterion", ["marginal_likelihood", "loo", "gcv", "validation", "nystrom_marginal_likelihood"]
@@ -71,15 +83,7 @@ def test_gradients_match_finite_differences(criterion, name):
 
     value(theta).backward()
     grad = theta.grad.clone()
-    h = 1e-3  # five-point central differences: truncation O(h^4)
-    fd = torch.empty_like(grad)
-    with torch.no_grad():
-        for i in range(theta.numel()):
-            e = torch.zeros_like(theta)
-            e[i] = h
-            fd[i] = (8 * (value(theta + e) - value(theta - e))
-                     - (value(theta + 2 * e) - value(theta - 2 * e))) / (12 * h)
-    torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(grad, _five_point_gradient(value, theta), rtol=1e-6, atol=1e-9)
 
 
 def test_loo_criterion_is_the_brute_force_leave_one_out_error():
@@ -236,15 +240,7 @@ def test_closed_form_gaussian_bandwidth_gradient_matches_finite_differences(crit
 
     value(theta).backward()
     grad = theta.grad.clone()
-    h = 1e-3
-    fd = torch.empty_like(grad)
-    with torch.no_grad():
-        for i in range(theta.numel()):
-            e = torch.zeros_like(theta)
-            e[i] = h
-            fd[i] = (8 * (value(theta + e) - value(theta - e))
-                     - (value(theta + 2 * e) - value(theta - 2 * e))) / (12 * h)
-    torch.testing.assert_close(grad, fd, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(grad, _five_point_gradient(value, theta), rtol=1e-6, atol=1e-9)
     # the same values and gradient as autograd through the kernel
     t2 = theta.detach().clone().requires_grad_(True)
     s2 = t2[:-1].exp() if len(p0) > 1 else t2[0].exp()
