@@ -90,8 +90,15 @@ def test_weighted_gradient_spectral_matches_matrix_free_loop(momentum, nesterov)
     dense = weighted_path(gradient_descent_path, k(X, X), y, w, learning_rate=0.02,
                           max_iter=150, momentum=momentum, nesterov=nesterov)
     loop = weighted_path(gradient_descent_path, KernelOperator(k, X), y, w, learning_rate=0.02,
-                         max_iter=150, momentum=momentum, nesterov=nesterov)
+                         max_iter=150, momentum=momentum, nesterov=nesterov, method="iterative")
     torch.testing.assert_close(dense.alpha, loop.alpha, rtol=1e-9, atol=1e-11)
+    # validation predictions of the matrix-free run: K(X_val, X) alpha
+    Xv = X[:7] + 0.1
+    ev = weighted_path(gradient_descent_path, KernelOperator(k, X), y, w, learning_rate=0.02,
+                       max_iter=150, momentum=momentum, nesterov=nesterov, method="iterative",
+                       K_eval=KernelOperator(k, Xv, X))
+    torch.testing.assert_close(ev.eval_predictions, k(Xv, X) @ dense.alpha, rtol=1e-9,
+                               atol=1e-11)
 
 
 def test_weighted_gradient_too_large_step_raises():

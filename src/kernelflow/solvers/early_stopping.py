@@ -23,20 +23,16 @@ import torch
 
 from ..collectives import all_reduce_sum, is_distributed
 from ..linalg import symmetric_eigh
-from ..operators import KernelOperator, Options
-from ..utils._progress import progress
+from ..operators import KernelOperator, Options, ScaledOperator
 from ..utils.holdout import holdout_weights as validation_weights
 from ..utils.holdout import row_content_hash, validation_split
 from ..utils.monitor import EarlyStopping
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .paths import (
     SPECTRAL_MAX_N,
-    DivergenceError,
     PathResult,
     _check_eta,
     _Matrix,
-    _out,
-    _prepare,
     check_gradient_learning_rate,
     coordinate_descent_path,
     coordinate_learning_rate,
@@ -223,12 +219,16 @@ def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: to
     if rule.name == "coordinate":
         return coordinate_descent_path(K, y, sample_weight=w, **common)
     sq = w.sqrt()
-    if not isinstance(K, torch.Tensor):
-        return _weighted_gradient_matrix_free(K, y, w, momentum=momentum, nesterov=nesterov,
-                                              **common)
     # plain gradient descent on M = W^1/2 K W^1/2 with targets W^1/2 y; alpha = W^1/2 beta
-    M = sq[:, None] * K * sq[None, :]
-    Ke = None if K_eval is None else _Matrix(K_eval, "K_eval").to_dense() * sq[None, :]
+    if isinstance(K, torch.Tensor):
+        M = sq[:, None] * K * sq[None, :]
+        Ke = None if K_eval is None else _Matrix(K_eval, "K_eval").to_dense() * sq[None, :]
+    else:  # matrix-free: the scaled operator, one product with K per step
+        M = ScaledOperator(K, left=sq, right=sq)
+        Ke = None if K_eval is None else ScaledOperator(K_eval, right=sq)
+        if learning_rate != "auto":
+            check_gradient_learning_rate(_check_eta(learning_rate), _weighted_s_max(K, sq),
+                                         momentum, nesterov)
     cb = None
     if callback is not None:
         def cb(k, beta, resid, ev):
@@ -243,53 +243,6 @@ def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: to
                       n_iter=res.n_iter, learning_rate=res.learning_rate,
                       eval_predictions=res.eval_predictions,
                       stopped_by_callback=res.stopped_by_callback)
-
-
-def _weighted_gradient_matrix_free(K, y, w, *, learning_rate, max_iter, K_eval, callback, tol,
-                                   momentum, nesterov, verbose) -> PathResult:
-    """Weighted gradient descent ``alpha += gamma v + eta W r`` for a matrix-free K.
-
-    The residual is recomputed as y - K alpha after every step (one product with K); the
-    step is checked against s_max(W^1/2 K W^1/2).
-    """
-    Km, Y, Em = _prepare(K, y, K_eval)
-    sq = w.sqrt()
-    s_max = _weighted_s_max(K, sq)
-    if learning_rate == "auto":
-        eta = gradient_learning_rate(K, s_max=s_max)
-    else:
-        eta = _check_eta(learning_rate)
-        check_gradient_learning_rate(eta, s_max, momentum, nesterov)
-    B = Y.shape[0]
-    alpha = torch.zeros_like(Y)
-    R = Y.clone()
-    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
-    stopped = callback is not None and bool(callback(0, alpha, R, E))
-    y_norm = torch.linalg.vector_norm(sq * Y, dim=-1)
-    prev = alpha.clone()
-    k = 0
-    bar = progress(total=max_iter, desc="weighted gradient descent", verbose=verbose)
-    while not stopped and k < max_iter:
-        if tol > 0 and bool((torch.linalg.vector_norm(sq * R, dim=-1) <= tol * y_norm).all()):
-            break
-        v = momentum * (alpha - prev)
-        R_at = Y - Km.rmatmul(alpha + v) if (nesterov and momentum) else R
-        prev, alpha = alpha, alpha + v + eta * w * R_at
-        R = Y - Km.rmatmul(alpha)
-        if E is not None:
-            E = Em.rmatmul(alpha)
-        if not bool(torch.isfinite(R).all()) or bool(
-                (torch.linalg.vector_norm(sq * R, dim=-1) > 1e6 * (y_norm + 1)).any()):
-            raise DivergenceError(f"weighted gradient descent diverged with "
-                                  f"learning_rate={eta:.4g}; lower it.")
-        k += 1
-        bar.update()
-        if callback is not None and callback(k, alpha, R, E):
-            stopped = True
-    bar.close()
-    return PathResult(alpha=_out(alpha, y), residual=_out(R, y), n_iter=k, learning_rate=eta,
-                      eval_predictions=None if E is None else _out(E, y),
-                      stopped_by_callback=stopped)
 
 
 def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, K_val,

@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import torch
 
-from ...operators import KernelOperator, memory_budget
+from ...operators import KernelOperator, LinearOperator, memory_budget
 
 __all__ = ["_Matrix"]
 
 
 class _Matrix:
-    """Rows/columns/products of a dense K or a :class:`KernelOperator` in batch layout."""
+    """Rows/columns/products of a dense K or a :class:`~kernelflow.operators.LinearOperator`
+    (kernel, scaled, subset, ...) in batch layout."""
 
     def __init__(self, K, name: str = "K", cache_columns: bool = False):
         if isinstance(K, torch.Tensor):
             if K.ndim != 2:
                 raise ValueError(f"{name} must be a 2-D matrix, found shape {tuple(K.shape)}.")
             self.dense, self.op = K, None
-        elif isinstance(K, KernelOperator):
+        elif isinstance(K, LinearOperator):
             self.dense, self.op = None, K
         else:
-            raise TypeError(f"{name} must be a torch.Tensor or KernelOperator, got "
+            raise TypeError(f"{name} must be a torch.Tensor or LinearOperator, got "
                             f"{type(K).__name__}.")
         self.shape = tuple(K.shape)
         self.dtype = K.dtype
@@ -37,7 +38,8 @@ class _Matrix:
             # Coordinate descent revisits the same few coordinates: keep their columns, within
             # half the memory budget.
             budget = memory_budget(self.op.options, self.device) // 2
-            self._cap = int(budget // max(1, self.shape[0] * K.X1.element_size()))
+            size = K.X1.element_size() if isinstance(K, KernelOperator) else K._element_size()
+            self._cap = int(budget // max(1, self.shape[0] * size))
 
     def rmatmul(self, A: torch.Tensor) -> torch.Tensor:  # A: (B, n2) -> (B, n1) = (K A^T)^T
         if self.dense is not None:
