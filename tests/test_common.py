@@ -73,7 +73,7 @@ CHECK_ESTIMATOR_MARKS: dict[str, list] = {
 
 #: estimators whose fit is not all-or-nothing yet: a refused or interrupted fit leaves
 #: ``n_features_in_`` of the new data behind (their base class does not use the atomic-fit guard)
-NOT_ATOMIC = {"nystrom_logistic"}
+NOT_ATOMIC: set[str] = set()
 
 
 def _names_not_atomic() -> list:

@@ -16,6 +16,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..kernels import make_kernel
 from ..operators import KernelOperator, Options, memory_budget
 from ..solvers.logistic import nystrom_logistic_newton
+from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, to_output
 from ._base import KERNEL_CONSTRAINTS
 from .kernel_ridge_classifier import encode_labels
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 _F64 = torch.float64
 
 
-class NystromKernelLogisticRegression(ClassifierMixin, BaseEstimator):
+class NystromKernelLogisticRegression(AtomicFitMixin, ClassifierMixin, BaseEstimator):
     """Multinomial kernel logistic regression on a Nyström subspace, solved by Newton's method.
 
     Fits c functions f_k(x) = K(x, C) a_k + b_k (c = number of classes, also for two) by
