@@ -156,7 +156,7 @@ def _worker():
     try:
         X, y = _data(N_NYS)
         part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
-        est = NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200, solver="cg",
+        est = NystromKernelRidge(30, alpha=1e-2, random_state=0, max_iter=200, solver="cg",
                                  tol=1e-12)
         out["no_gather_nystrom"] = _summary(est.fit(X[part], y[part]), X[:40])
         X, y = _data(N_DS)
@@ -250,8 +250,11 @@ def test_beyond_the_gather_limit_fits_equal_the_data_source_fit(two_process):
     from kernelflow.sources import ArraySource
 
     X, y = _data(N_NYS)
+    # alpha = 1e-2: the coefficients themselves (not only the predictions) are determined far
+    # below RTOL; at 1e-3 they reach 5e4 for predictions of order 1, and their agreement
+    # measured the rounding of the summation order
     with _one_thread():
-        ref = _summary(NystromKernelRidge(30, alpha=1e-3, random_state=0, max_iter=200,
+        ref = _summary(NystromKernelRidge(30, alpha=1e-2, random_state=0, max_iter=200,
                                           solver="cg", tol=1e-12).fit(ArraySource(X, y)),
                        X[:40])
     X2, y2 = _data(N_DS)

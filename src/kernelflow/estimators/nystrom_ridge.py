@@ -308,8 +308,9 @@ class NystromKernelRidge(_NystromBase):
         Maximum conjugate-gradient iterations (passes over the data).
     tol : float, default=None
         CG stops when the relative residual of the preconditioned system falls below ``tol`` or
-        when the relative change of the fitted function (measured in preconditioned
-        coordinates) stays below ``tol`` for two consecutive passes. None means 1e-3 (calibrated
+        when the estimated relative error of the solution (the energy of the last four CG
+        steps against that of the iterate) stays below ``tol`` for two consecutive passes.
+        None means 1e-3 (calibrated
         in ``docs/performance/nystrom.md``: further passes changed the test error by less than
         0.1 %).
     early_stopping : bool, default=False

@@ -509,6 +509,32 @@ def _spd_solve(S: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return U[:, keep] @ ((U[:, keep].T @ r) / w[keep].reshape(-1, 1))
 
 
+def _direct_solve(G: torch.Tensor, b: torch.Tensor, kernel: Kernel, C: torch.Tensor, lam: float,
+                  options: Options | None) -> tuple[torch.Tensor, float]:
+    """Solve (G + lam K_MM) a = b on the range of K_MM; returns (a, relative residual).
+
+    With K_MM = U diag(s) U^T and a = U_r diag(s_r)^-1/2 beta over the eigenvalues s_r above
+    rounding (s > eps M s_max), the system is (F^T G F + lam I) beta = F^T b, F = U_r
+    diag(s_r)^-1/2, whose eigenvalues lie in [lam, lam + mean k(x, x)] (the quadratic form of
+    G is at most mean k(x, x) times that of K_MM). Directions of K_MM below rounding carry
+    functions that are zero on the data to rounding and are left out, so a rank-deficient
+    K_MM (duplicated or collinear centres, all points as centres of a low-rank kernel) costs no
+    accuracy. Cost: one M x M eigendecomposition and O(M^3) products.
+    """
+    Kmm = KernelOperator(kernel, C, C, options=options).to_dense().to(_F64)
+    s, U = torch.linalg.eigh((Kmm + Kmm.T) / 2)
+    keep = s > s[-1].clamp_min(0) * torch.finfo(_F64).eps * C.shape[0]
+    F = U[:, keep] / s[keep].sqrt()
+    S = F.T @ G @ F
+    S = (S + S.T) / 2
+    S.diagonal().add_(lam)
+    rhs = F.T @ b
+    beta = _spd_solve(S, rhs)
+    r = torch.linalg.vector_norm(rhs - S @ beta, dim=0) / torch.linalg.vector_norm(
+        rhs, dim=0).clamp_min(1e-300)
+    return F @ beta, float(r.max())
+
+
 @dataclass
 class NystromSolution:
     """Result of :func:`nystrom_krr`.
@@ -573,13 +599,15 @@ def nystrom_krr(
     max_iter : int, default=100
     tol : float, optional
         CG stops when the relative residual of the preconditioned system falls below ``tol``,
-        or when the relative change of the iterate (in preconditioned coordinates, where its
-        norm is the norm of the fitted function on the data) stays below ``tol`` for two
-        consecutive iterations. Default ``DEFAULT_TOL[dtype]`` (1e-3),
+        or when the estimated error of the iterate stays below ``tol`` for two consecutive
+        iterations: the square root of the energy of the last four steps (sum of ||dx||_A^2,
+        Hestenes-Stiefel's lower estimate of ||x* - x||_A^2, computed without a product with A)
+        over the energy x^T b of the iterate. Default ``DEFAULT_TOL[dtype]`` (1e-3),
         or ``options.cg_tol`` when set.
     solver : {"cg", "direct", "auto"}, default="cg"
-        "direct" accumulates K_nM^T D K_nM in one pass and solves the preconditioned system
-        densely (exact; O(n M^2 + M^3)); "auto" picks the cheaper by :func:`choose_solver`.
+        "direct" accumulates K_nM^T D K_nM in one pass and solves the system densely in the
+        eigenbasis of K_MM (exact, also for a rank-deficient K_MM; O(n M^2 + M^3); the
+        preconditioner is not used); "auto" picks the cheaper by :func:`choose_solver`.
         Validation early stopping and ``callback`` need "cg" ("auto" then picks it).
     preconditioner : bool or NystromPreconditioner, default=True
         Falkon's preconditioner (2), a prebuilt one, or False for plain CG on (1).
@@ -649,7 +677,9 @@ def nystrom_krr(
     b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
                     block_size=block_size, cache=cache) / W
 
-    if preconditioner is True or (solver == "direct" and not preconditioner):
+    if solver == "direct":
+        P = None  # the direct solve works in K_MM's eigenbasis (_direct_solve)
+    elif preconditioner is True:
         P = nystrom_preconditioner(kernel, C, lam, options=options, dtype=dtype)
     elif preconditioner is False or preconditioner is None:
         P = None
@@ -659,17 +689,9 @@ def nystrom_krr(
     if solver == "direct":
         G = nystrom_gram(source, kernel, C, dtype=dtype, options=options,
                          block_size=block_size, cache=cache) / W
-        eye = torch.eye(M, dtype=_F64)
-        BI = P.apply(eye)
-        S = P.system(eye, G @ BI, BI)
-        rhs = P.apply_t(b)
-        beta = _spd_solve(S, rhs)
-        coef = P.apply(beta)
-        r = torch.linalg.vector_norm(rhs - S @ beta, dim=0) / torch.linalg.vector_norm(
-            rhs, dim=0).clamp_min(1e-300)
+        coef, res_val = _direct_solve(G, b, kernel, C, lam, options)
         if not torch.isfinite(coef).all():
             raise DivergenceError("the direct Nyström solve produced non-finite coefficients.")
-        res_val = float(r.max())
         return NystromSolution(coef=coef, n_iter=1, converged=True, residual_norms=[1.0, res_val],
                                total_weight=W, solver="direct", residual=res_val,
                                stop_reason="direct", tolerance=tol)
@@ -699,7 +721,8 @@ def nystrom_krr(
             return a
 
     state = {"best_coef": None, "early": False, "prev": x0, "small": 0, "reason": "max_iter",
-             "t0": time.perf_counter(), "res": [1.0]}
+             "t0": time.perf_counter(), "res": [1.0], "steps": [],
+             "R_prev": rhs if x0 is None else rhs - matvec(x0)}
     monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
 
     def score(k, coef):
@@ -719,11 +742,17 @@ def nystrom_krr(
     def cb(k, X, R):
         res = float((torch.linalg.vector_norm(R, dim=0) / r_norm).max())
         state["res"].append(res)
-        prev = state["prev"]
+        prev, R_prev = state["prev"], state["R_prev"]
         dx = X if prev is None else X - prev
-        change = float((torch.linalg.vector_norm(dx, dim=0)
-                        / torch.linalg.vector_norm(X, dim=0).clamp_min(1e-300)).max())
-        state["prev"] = X.clone()
+        # energy of the step ||dx||_A^2 = dx^T (r_prev - r) (A dx = r_prev - r: no product
+        # with A); their sum over the last steps estimates ||x* - x||_A^2 from below
+        # (Hestenes-Stiefel), compared with the energy x^T b of the iterate
+        steps = state["steps"]
+        steps.append((dx * (R_prev - R)).sum(0).clamp_min(0))
+        del steps[:-_CHANGE_WINDOW]
+        energy = (X * rhs).sum(0).abs().clamp_min(1e-300)
+        change = float((torch.stack(steps).sum(0) / energy).sqrt().max())
+        state["prev"], state["R_prev"] = X.clone(), R.clone()
         state["small"] = state["small"] + 1 if change <= tol else 0
         elapsed = time.perf_counter() - state["t0"]
         eta = _eta(state["res"], tol, elapsed / k, max_iter - k)
@@ -764,6 +793,10 @@ def nystrom_krr(
                            best_iter=best_iter, total_weight=W, stopped_early=state["early"],
                            solver="cg", residual=float(res.residual_norms[-1]),
                            stop_reason=reason, tolerance=tol)
+
+
+#: CG steps whose energies are summed for the stopping rule's error estimate
+_CHANGE_WINDOW = 4
 
 
 def _eta(res: list, tol: float, per_pass: float, left: int) -> float:
