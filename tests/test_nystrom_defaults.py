@@ -6,7 +6,7 @@ import torch
 from sklearn.exceptions import ConvergenceWarning
 
 from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
-from kernelflow.kernels import Gaussian
+from kernelflow.kernels import Gaussian, Linear
 from kernelflow.solvers.nystrom import choose_solver, nystrom_krr, preconditioner_jitter
 from kernelflow.sources import ArraySource
 
@@ -191,3 +191,20 @@ def test_verbose_reports_passes_residual_and_time_left(caplog):
     lines = [r.getMessage() for r in caplog.records if "Nystrom CG pass" in r.getMessage()]
     assert len(lines) == m.n_iter_
     assert f"pass {m.n_iter_}/100" in lines[-1] and "residual" in lines[-1] and "left" in lines[-1]
+
+
+@pytest.mark.parametrize("kernel", [Linear(), Gaussian(5.0)], ids=["linear (rank 3)", "wide"])
+def test_direct_solve_is_exact_with_a_rank_deficient_k_mm(kernel):
+    # all 80 points as centres: K_MM has rank 3 (linear kernel in 3-d) or eigenvalues far below
+    # rounding (wide Gaussian); the direct solve works on the range of K_MM and equals exact
+    # kernel ridge to rounding
+    from kernelflow.estimators.kernel_ridge import KernelRidge
+
+    rng = np.random.RandomState(0)
+    X = rng.randn(80, 3)
+    y = X @ np.array([1.0, -2.0, 0.5]) + 0.1 * rng.randn(80)
+    exact = KernelRidge(alpha=0.1, kernel=kernel, fit_intercept=False).fit(X, y).predict(X)
+    ny = NystromKernelRidge(n_components=80, alpha=0.1, kernel=kernel, fit_intercept=False,
+                            random_state=0, solver="direct").fit(X, y)
+    assert ny.solver_ == "direct" and ny.residual_ < 1e-12
+    assert np.abs(ny.predict(X) - exact).max() <= 1e-10 * np.abs(exact).max()
