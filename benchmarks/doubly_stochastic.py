@@ -185,22 +185,26 @@ def _report_race(curves, unit, fmt="{:.4f}"):
     _table(rows, ["method", "seconds", f"final {unit}", f"{unit} along the stream (@ time)"])
     t_best = curves[best][-1][0]
 
-    def at(curve, t):  # error of the last checkpoint reached by time t
+    def at(curve, t):  # error of the last checkpoint reached by time t (None: none yet)
         done = [e for s, e in curve if s <= t]
-        return done[-1] if done else float("nan")
+        return done[-1] if done else None
+
+    def shown(e):
+        return "no checkpoint yet" if e is None else fmt.format(e)
 
     e_best = curves[best][-1][1]
     print(f"best baseline: {best}, {fmt.format(e_best)} after {t_best:.1f} s (its full pass).")
     for label in (n for n in names if not n.startswith("RBF")):
         ours = curves[label]
         e_ours = at(ours, t_best)
-        print(f"{label}: {fmt.format(e_ours)} at the same wall time (ratio ours/best = "
-              f"{e_ours / e_best:.3f}); {fmt.format(ours[-1][1])} after its full pass of "
+        ratio = "-" if e_ours is None else f"{e_ours / e_best:.3f}"
+        print(f"{label}: {shown(e_ours)} at the same wall time (ratio ours/best = "
+              f"{ratio}); {fmt.format(ours[-1][1])} after its full pass of "
               f"{ours[-1][0]:.1f} s (time ratio {ours[-1][0] / t_best:.2f}).")
         for n in base:
             t_n = curves[n][-1][0]
             print(f"  vs {n}: baseline {fmt.format(curves[n][-1][1])} at {t_n:.1f} s, ours by "
-                  f"then {fmt.format(at(ours, t_n))}")
+                  f"then {shown(at(ours, t_n))}")
     print()
 
 
