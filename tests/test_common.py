@@ -171,6 +171,19 @@ def test_check_estimator(name):
         check_estimator(_make(name), expected_failed_checks=EXPECTED_FAILED_CHECKS.get(name, {}))
 
 
+#: smaller settings under which the estimators whose default check_estimator run is slow-marked
+#: run scikit-learn's checks in the default suite (the same code paths, a smaller grid)
+SMALL_GRID = {"sigmas": 5, "cv": 3, "max_iter": 300}
+
+
+@pytest.mark.parametrize("name", sorted(CHECK_ESTIMATOR_MARKS))
+def test_check_estimator_small_grid(name):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_estimator(_make(name, **SMALL_GRID),
+                        expected_failed_checks=EXPECTED_FAILED_CHECKS.get(name, {}))
+
+
 # ---- hostile input -------------------------------------------------------------------------------
 def _with(X, value):
     X = X.copy()
