@@ -349,8 +349,9 @@ class NystromKernelRidge(_NystromBase):
         :func:`kernelflow.hyperparameters.learn_hyperparameters`); sets ``sigma_``, ``alpha_``
         and ``hyperparameters_``. Needs in-memory arrays.
     solver : {"auto", "cg", "direct"}, default="auto"
-        "direct" accumulates K_nM^T D K_nM in one pass and solves the preconditioned M x M
-        system densely (exact, O(n M^2 + M^3)); "cg" runs preconditioned conjugate gradients;
+        "direct" accumulates K_nM^T D K_nM in one pass and solves the M x M system densely in
+        the eigenbasis of K_MM (exact, also when K_MM is rank-deficient; O(n M^2 + M^3)); "cg"
+        runs preconditioned conjugate gradients;
         "auto" picks the cheaper from a cost model (direct up to about 1000 centres, CG
         beyond) and always CG with ``early_stopping``.
     compute_variance : bool or {"dtc", "fitc"}, default=False
