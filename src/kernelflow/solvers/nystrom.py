@@ -35,13 +35,14 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
 
 from ..collectives import all_reduce_sum
 from ..kernels import Kernel
-from ..linalg import cholesky, conjugate_gradient
+from ..linalg import cholesky, conjugate_gradient, symmetric_eigh
 from ..operators import DenseOperator, KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
@@ -428,6 +429,8 @@ def nystrom_direct(source: DataSource, kernel: Kernel, centers: torch.Tensor, al
 # ---- the solver --------------------------------------------------------------------------------
 #: Default stopping tolerance by precision of the kernel products (see :func:`nystrom_krr`).
 DEFAULT_TOL = {torch.float64: 1e-3, torch.float32: 1e-3}
+#: CG steps whose energies are summed for the stopping rule's error estimate
+_CHANGE_WINDOW = 4
 
 #: The cost model of ``solver="auto"``, in units of one memory-bound multiply-add over a stored
 #: K_nM entry (a CG pass over a stored K_nM costs 2 n M of them). Measured on a 2-core machine with
@@ -526,9 +529,8 @@ def _direct_solve(G: torch.Tensor, b: torch.Tensor, kernel: Kernel, C: torch.Ten
     K_MM (duplicated or collinear centres, all points as centres of a low-rank kernel) costs no
     accuracy. Cost: one M x M eigendecomposition and O(M^3) products.
     """
-    Kmm = KernelOperator(kernel, C, C, options=options).to_dense().to(_F64)
-    s, U = torch.linalg.eigh((Kmm + Kmm.T) / 2)
-    keep = s > s[-1].clamp_min(0) * torch.finfo(_F64).eps * C.shape[0]
+    s, U = symmetric_eigh(KernelOperator(kernel, C, C, options=options).to_dense().to(_F64))
+    keep = s > s[-1] * torch.finfo(_F64).eps * C.shape[0]
     F = U[:, keep] / s[keep].sqrt()
     S = F.T @ G @ F
     S = (S + S.T) / 2
@@ -682,16 +684,7 @@ def nystrom_krr(
     b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
                     block_size=block_size, cache=cache) / W
 
-    if solver == "direct":
-        P = None  # the direct solve works in K_MM's eigenbasis (_direct_solve)
-    elif preconditioner is True:
-        P = nystrom_preconditioner(kernel, C, lam, options=options, dtype=dtype)
-    elif preconditioner is False or preconditioner is None:
-        P = None
-    else:
-        P = preconditioner
-
-    if solver == "direct":
+    if solver == "direct":  # in K_MM's eigenbasis (_direct_solve): no preconditioner
         G = nystrom_gram(source, kernel, C, dtype=dtype, options=options,
                          block_size=block_size, cache=cache) / W
         coef, res_val = _direct_solve(G, b, kernel, C, lam, options)
@@ -700,6 +693,13 @@ def nystrom_krr(
         return NystromSolution(coef=coef, n_iter=1, converged=True, residual_norms=[1.0, res_val],
                                total_weight=W, solver="direct", residual=res_val,
                                stop_reason="direct", tolerance=tol)
+
+    if preconditioner is True:
+        P = nystrom_preconditioner(kernel, C, lam, options=options, dtype=dtype)
+    elif preconditioner is False or preconditioner is None:
+        P = None
+    else:
+        P = preconditioner
 
     def gram(v):
         return nystrom_normal_matvec(source, kernel, C, v, dtype=dtype, options=options,
@@ -726,7 +726,7 @@ def nystrom_krr(
             return a
 
     state = {"best_coef": None, "early": False, "prev": x0, "small": 0, "reason": "max_iter",
-             "t0": time.perf_counter(), "res": [1.0], "steps": [],
+             "t0": time.perf_counter(), "res": [1.0], "steps": deque(maxlen=_CHANGE_WINDOW),
              "R_prev": rhs if x0 is None else rhs - matvec(x0)}
     monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
 
@@ -754,9 +754,8 @@ def nystrom_krr(
         # (Hestenes-Stiefel), compared with the energy x^T b of the iterate
         steps = state["steps"]
         steps.append((dx * (R_prev - R)).sum(0).clamp_min(0))
-        del steps[:-_CHANGE_WINDOW]
         energy = (X * rhs).sum(0).abs().clamp_min(1e-300)
-        change = float((torch.stack(steps).sum(0) / energy).sqrt().max())
+        change = float((torch.stack(tuple(steps)).sum(0) / energy).sqrt().max())
         state["prev"], state["R_prev"] = X.clone(), R.clone()
         state["small"] = state["small"] + 1 if change <= tol else 0
         elapsed = time.perf_counter() - state["t0"]
@@ -798,10 +797,6 @@ def nystrom_krr(
                            best_iter=best_iter, total_weight=W, stopped_early=state["early"],
                            solver="cg", residual=float(res.residual_norms[-1]),
                            stop_reason=reason, tolerance=tol)
-
-
-#: CG steps whose energies are summed for the stopping rule's error estimate
-_CHANGE_WINDOW = 4
 
 
 def _eta(res: list, tol: float, per_pass: float, left: int) -> float:
