@@ -468,18 +468,18 @@ def _plot(folder, rate, reg, cls, gp, grid=None):
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    paths = [os.path.join(folder, "repro_dai.png")]
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
+    paths = []
 
-    fig = _race_figure(plt, *reg, "test MSE", "regression", floor=0.01)
-    paths.append(os.path.join(folder, "repro_dai_regression.png"))
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
-    fig = _race_figure(plt, *cls, "test error rate", "classification", logy=False)
-    paths.append(os.path.join(folder, "repro_dai_classification.png"))
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
+    def save(fig, name):
+        paths.append(os.path.join(folder, name))
+        fig.savefig(paths[-1], dpi=90)
+        plt.close(fig)
+
+    save(fig, "repro_dai.png")
+    save(_race_figure(plt, *reg, "test MSE", "regression", floor=0.01),
+         "repro_dai_regression.png")
+    save(_race_figure(plt, *cls, "test error rate", "classification", logy=False),
+         "repro_dai_classification.png")
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.9))
     order = np.argsort(gp["X"][:, 0])
@@ -508,9 +508,7 @@ def _plot(folder, rate, reg, cls, gp, grid=None):
     a2.legend(fontsize=8)
     a2.grid(alpha=0.3, which="both")
     fig.tight_layout()
-    paths.append(os.path.join(folder, "repro_dai_gp.png"))
-    fig.savefig(paths[-1], dpi=90)
-    plt.close(fig)
+    save(fig, "repro_dai_gp.png")
     for path in paths:
         print(f"wrote {path}")
 
