@@ -13,7 +13,7 @@ Methods:
   the centres set (defaults otherwise); the ``streamed`` configurations force ``store_kernel``
   off through a memory budget below n M entries.
 * ``kernelflow-direct``: the same with ``solver="direct"`` (the exact Nyström solution; skipped
-  where M > 3000).
+  where M > 3000); ``kernelflow-cg``: the same with ``solver="cg"``.
 * ``falkon``: ``falkon.Falkon`` with ``FalkonOptions(use_cpu=True, keops_active="no",
   max_cpu_mem=5e7)``, 20 iterations, ``FixedSelector`` on the same centres; run only when
   ``import falkon`` works.
@@ -101,8 +101,8 @@ def worker(spec):
         if streamed:  # a budget below n M entries: K_nM is streamed, not stored
             item = np.dtype(dtype).itemsize
             kw["options"] = Options(memory_budget=min(memory_budget(), n * M * item))
-        if spec["method"] == "kernelflow-direct":
-            kw["solver"] = "direct"
+        if spec["method"] in ("kernelflow-direct", "kernelflow-cg"):
+            kw["solver"] = spec["method"].split("-")[1]
         m = NystromKernelRidge(n_components=M, alpha=n * LAMBDA, sigma=SIGMA, landmarks=C,
                                **kw).fit(Xtr, ytr)
         fit_s = time.perf_counter() - t0

@@ -208,3 +208,74 @@ def test_direct_solve_is_exact_with_a_rank_deficient_k_mm(kernel):
                             random_state=0, solver="direct").fit(X, y)
     assert ny.solver_ == "direct" and ny.residual_ < 1e-12
     assert np.abs(ny.predict(X) - exact).max() <= 1e-10 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize("kind", ["numpy", "pandas", "torch"])
+def test_precision_follows_float32_input(kind, monkeypatch):
+    import kernelflow.estimators.nystrom_ridge as mod
+
+    seen = []
+    real = mod.nystrom_krr
+
+    def spy(*args, **kw):
+        seen.append(kw["dtype"])
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mod, "nystrom_krr", spy)
+    X, y = _small_penalty_data(400)
+    for dt in (np.float32, np.float64):
+        Xd, yd = X.astype(dt), y.astype(dt)
+        if kind == "pandas":
+            import pandas as pd
+
+            Xd = pd.DataFrame(Xd)
+        elif kind == "torch":
+            Xd, yd = torch.from_numpy(Xd), torch.from_numpy(yd)
+        m = NystromKernelRidge(n_components=40, alpha=1e-2, sigma=1.5, random_state=0)
+        pred = m.fit(Xd, yd).predict(Xd)
+        assert pred.dtype == (torch.float32 if dt == np.float32 else torch.float64) \
+            if kind == "torch" else pred.dtype == dt
+    assert seen == [torch.float32, torch.float64]
+
+
+def test_auto_solves_directly_when_float32_cg_stalls(monkeypatch):
+    # a tiny penalty with a smooth kernel: K_MM has eigenvalues far below float32 rounding and
+    # CG on float32 products does not converge; "auto" then solves directly (float64 sums)
+    import kernelflow.solvers.nystrom as ny
+
+    monkeypatch.setattr(ny, "choose_solver", lambda *a, **k: "cg")
+    X, y = _small_penalty_data(3000)
+    Xt, _ = _small_penalty_data(500, seed=1)
+    kw = dict(n_components=300, alpha=1e-6, sigma=1.5, random_state=0, max_iter=30)
+    with pytest.warns(ConvergenceWarning):
+        cg = NystromKernelRidge(solver="cg", **kw).fit(X.astype(np.float32), y.astype(np.float32))
+    assert cg.solver_ == "cg" and not cg.converged_
+    m = NystromKernelRidge(solver="auto", **kw).fit(X.astype(np.float32), y.astype(np.float32))
+    assert m.solver_ == "direct" and m.converged_
+    ref = NystromKernelRidge(solver="direct", **kw).fit(X, y)
+    f = np.sin(Xt[:, 0]) + Xt[:, 1] * Xt[:, 2] / 3
+
+    def rmse(model, dt):
+        return np.sqrt(np.mean((model.predict(Xt.astype(dt)).astype(np.float64) - f) ** 2))
+
+    # float32 kernel values resolve K_MM only to their rounding: close to the float64 solution
+    # (0.040 against 0.035 when written), far from the stalled CG (0.22)
+    assert rmse(m, np.float32) <= 1.3 * rmse(ref, np.float64)
+    assert rmse(m, np.float32) <= 0.5 * rmse(cg, np.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gram_pass_equals_the_dense_product(dtype, weighted):
+    from kernelflow.solvers.nystrom import nystrom_gram, nystrom_kernel_cache
+
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(3000, 4, dtype=F64, generator=g)
+    w = torch.rand(3000, dtype=F64, generator=g) if weighted else None
+    src, k, C = ArraySource(X, torch.zeros(3000, dtype=F64), w), Gaussian(1.3), X[:70]
+    Kd = k(X.to(dtype), C.to(dtype)).to(F64)  # the kernel values and weights the pass sees
+    ref = Kd.T @ (Kd if w is None else w.to(dtype).to(F64)[:, None] * Kd)
+    for cache in (None, nystrom_kernel_cache(src, k, C, dtype=dtype, block_size=512)):
+        G = nystrom_gram(src, k, C, dtype=dtype, block_size=512, cache=cache)
+        assert torch.equal(G, G.T)
+        torch.testing.assert_close(G, ref, rtol=1e-12, atol=1e-9)

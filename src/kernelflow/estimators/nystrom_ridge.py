@@ -70,7 +70,7 @@ def _prepare_data(estimator, X, y, sample_weight):
         if hasattr(estimator, "feature_names_in_"):
             del estimator.feature_names_in_
         return source, None, None, source.n_outputs == 1
-    Xt, yt, sw, _ = check_X_y(estimator, X, y, sample_weight=sample_weight)
+    Xt, yt, sw, _ = check_X_y(estimator, X, y, sample_weight=sample_weight, keep_float32=True)
     return ArraySource(Xt, yt, sw, validate=False), Xt, sw, yt.ndim == 1
 
 
@@ -326,7 +326,8 @@ class NystromKernelRidge(_NystromBase):
         Start from the previous fit's centres, kernel and coefficients.
     dtype : {"float32", "float64"} or None, default=None
         Precision of the kernel products (factorisations and accumulations are always float64);
-        None follows the input (float64 for NumPy).
+        None follows the input: float32 for float32 arrays (NumPy, all-float32 pandas frames)
+        and tensors, float64 otherwise.
     block_size : int, default=None
         Rows per streamed block (default from the memory budget).
     random_state : int, RandomState instance or None, default=None

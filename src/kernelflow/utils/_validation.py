@@ -86,12 +86,13 @@ def _set_n_features(estimator, n_features: int, reset: bool):
 
 
 def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=None,
-              y_numeric=True):
+              y_numeric=True, keep_float32=False):
     """Validate training data; returns ``(X, y, sample_weight, kind)`` with torch tensors.
 
     ``kind`` is ``"torch"`` when X is a torch tensor, else ``"numpy"``. X and y are float64
-    unless X was a float32 tensor. ``sample_weight`` is None or a tensor of shape (n,) of
-    non-negative weights.
+    unless X was a float32 tensor, or, with ``keep_float32``, a float32 array (NumPy or an
+    all-float32 pandas frame: the estimators whose dtype follows the input's precision).
+    ``sample_weight`` is None or a tensor of shape (n,) of non-negative weights.
     """
     if isinstance(X, torch.Tensor):
         Xt = _torch_checks("X", X, ndim=(2,))
@@ -119,12 +120,14 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
             y = _torch_checks("y", y, ndim=(1, 2)).cpu().numpy()
         else:
             _check_array_dtype("y", y)
+        np_dtype = (np.float32 if keep_float32 and output_kind(X).dtype == np.float32
+                    else np.float64)
         Xn, yn = validate_data(
             estimator, X, y, reset=reset, multi_output=multi_output, y_numeric=y_numeric,
-            dtype=np.float64,
+            dtype=np_dtype,
         )
-        Xt = torch.from_numpy(np.array(Xn, dtype=np.float64, order="C", copy=True))
-        yt = torch.from_numpy(np.array(yn, dtype=np.float64, order="C", copy=True))
+        Xt = torch.from_numpy(np.array(Xn, dtype=np_dtype, order="C", copy=True))
+        yt = torch.from_numpy(np.array(yn, dtype=np_dtype, order="C", copy=True))
         if y_numeric and not bool(torch.isfinite(yt).all()):  # object arrays skip sklearn's check
             raise ValueError("Input y contains NaN or infinity.")
         kind = output_kind(X)
