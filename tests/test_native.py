@@ -175,3 +175,24 @@ def test_robust_validation_losses_in_the_compiled_loops_equal_the_tensor_backend
                                   validation_loss=loss, backend="torch")
     assert torch.equal(fast.best_iter, slow.best_iter)
     torch.testing.assert_close(fast.fold_mse, slow.fold_mse, rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.3])
+def test_oscillating_signs_follow_the_direct_loop(sigma):
+    # a narrow bandwidth: once the residuals reach zero most signs reverse at every step, and
+    # the per-step change of K sign is updated from the few rows that did not reverse
+    g = torch.Generator().manual_seed(4)
+    X = torch.rand(40, 2, generator=g, dtype=DT) * 4
+    y = torch.sin(X[:, 0]) + 0.3 * torch.randn(40, generator=g, dtype=DT)
+    K = Gaussian(sigma)(X, X)
+    n, v = 40, torch.arange(0, 40, 5)
+    train, wval = torch.ones(1, n, dtype=DT), torch.zeros(1, n, dtype=DT)
+    train[0, v], wval[0, v] = 0, 1.0 / len(v)
+    best, best_it, n_iter, alpha = _native.run_problems(
+        "sign", K.unsqueeze(0), y.unsqueeze(0), train, wval, [0], [0], [0], eta=0.05,
+        max_iter=700, patience=700, return_alpha=True)
+    ref_best, ref_k, ref_n, curve, a = _direct(K, y, train[0], v, "sign", 0.05, 700, 700)
+    assert n_iter[0] == ref_n == 700
+    assert best[0] == pytest.approx(ref_best, rel=1e-9)
+    assert curve[best_it[0]] == pytest.approx(ref_best, rel=1e-9)
+    torch.testing.assert_close(alpha[0], a, rtol=0, atol=1e-9)

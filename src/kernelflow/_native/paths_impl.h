@@ -18,8 +18,9 @@
  * Sign descent keeps the residual as an anchor r and its change per step c = eta L^T s for the
  * current signs s: J steps after the anchor the residual is r - J c. A step whose signs do not
  * change touches neither; a flipped sign moves the anchor to the current residual and changes c
- * by eta times the change of sign times one row (when more signs flip than are non-zero, c is
- * summed from scratch). alpha = eta * count with count the running sum of the signs (integers,
+ * by eta times the change of sign times one row; when most signs reverse, c is negated and
+ * corrected by the rows whose sign did not reverse, and when that is still more rows than
+ * there are non-zero signs, c is summed from scratch. alpha = eta * count with count the running sum of the signs (integers,
  * exact in double). Every max(resync, n_tr) steps r and c are recomputed from count (two dense
  * products, so O(n) per step on average), which bounds the rounding drift of the running sums.
  * After a step without a sign change the loop finds, from the crossings r_t / c_t checked with
@@ -148,16 +149,16 @@ static void CAT(residual, SUFFIX)(const REAL *L, int64_t ld, const REAL *y, int6
 
 /* New signs of r[0:n_tr] - J c[0:n_tr] into sn, their changes from sign into d, and the running
  * sums of the signs (the coefficients in units of eta) into count; returns the number of
- * changes and stores the number of non-zero signs in *n_nonzero. Branch-free, so it
- * vectorises. */
+ * changes and stores the number of non-zero signs in *n_nonzero and of signs that did not
+ * reverse (sn + sign != 0) in *n_keep. Branch-free, so it vectorises. */
 TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *restrict r,
                                                     const REAL *restrict c, REAL J,
                                                     const REAL *restrict sign,
                                                     REAL *restrict sn, REAL *restrict d,
                                                     double *restrict count,
-                                                    int64_t *n_nonzero)
+                                                    int64_t *n_nonzero, int64_t *n_keep)
 {
-    int64_t flips = 0, nonzero = 0;
+    int64_t flips = 0, nonzero = 0, keep = 0;
     for (int64_t t = 0; t < n_tr; ++t) {
         const REAL v = r[t] - J * c[t];
         const REAL s = (REAL)(v > 0) - (REAL)(v < 0);
@@ -166,8 +167,10 @@ TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *re
         count[t] += (double)s;
         nonzero += s != 0;
         flips += s != sign[t];
+        keep += s + sign[t] != 0;
     }
     *n_nonzero = nonzero;
+    *n_keep = keep;
     return flips;
 }
 
@@ -240,32 +243,46 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
             since = 0;
         }
         const REAL J = (REAL)(k - ka);
-        int64_t n_nonzero;
+        int64_t n_nonzero, n_keep;
         const int64_t n_flip = CAT(new_signs, SUFFIX)(n_tr, r, c, J, sign, sn, coef, count,
-                                                      &n_nonzero);
+                                                      &n_nonzero, &n_keep);
         if (n_flip > 0) { /* a new anchor: the residual now */
             for (int64_t j = 0; j < ld; ++j)
                 r[j] = r[j] - J * c[j];
             ka = k;
         }
-        if (n_flip > 0 && n_flip < n_nonzero) {
-            /* each flip moves c = eta K sign by eta times the change of sign times a row of L */
+        if (n_flip > 0) {
+            /* the new c = eta K sn from the fewest rows of L: the old c plus eta times the
+               changes of sign (n_flip rows), minus the old c plus eta times (sn + sign) (the
+               rows whose sign did not reverse: few where most signs flip, as in the
+               oscillation of narrow bandwidths), or from scratch (the non-zero signs) */
             int64_t m = 0;
-            for (int64_t t = 0; t < n_tr; ++t) {
-                const REAL d = coef[t];
-                idx[m] = t;
-                coef[m] = eta * d;
-                m += d != 0;
+            if (n_flip <= n_keep && n_flip < n_nonzero) {
+                for (int64_t t = 0; t < n_tr; ++t) {
+                    const REAL d = coef[t];
+                    idx[m] = t;
+                    coef[m] = eta * d;
+                    m += d != 0;
+                }
+            } else if (n_keep < n_nonzero) {
+                for (int64_t t = 0; t < n_tr; ++t) {
+                    const REAL d = sn[t] + sign[t];
+                    idx[m] = t;
+                    coef[m] = eta * d;
+                    m += d != 0;
+                }
+                for (int64_t j = 0; j < ld; ++j)
+                    c[j] = -c[j];
+            } else {
+                for (int64_t t = 0; t < n_tr; ++t) {
+                    idx[m] = t;
+                    coef[m] = eta * sn[t];
+                    m += sn[t] != 0;
+                }
+                for (int64_t j = 0; j < ld; ++j)
+                    c[j] = 0;
             }
             CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, c);
-        } else if (n_flip > 0) { /* cheaper from scratch: c = eta * sum of all signed rows */
-            for (int64_t t = 0; t < n_tr; ++t) {
-                idx[t] = t;
-                coef[t] = eta * sn[t];
-            }
-            for (int64_t j = 0; j < ld; ++j)
-                c[j] = 0;
-            CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tr, c);
         }
         REAL *tmp = sign; /* the new signs become the current ones */
         sign = sn;

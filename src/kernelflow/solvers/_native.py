@@ -10,7 +10,7 @@ sign-descent or coordinate-descent steps of size eta, and after every step score
 squared error on the rows with ``wval[fold_of[p]] > 0``, stopping after ``patience`` steps
 without a strict improvement (the rule of :mod:`.path_cv`) or after ``max_iter`` steps. Each step
 costs O(n) plus O(n) per flipped sign (sign descent) or per moved coefficient (coordinate
-descent); a dense product is used when more signs flip than are non-zero.
+descent); when most signs reverse, O(n) per sign that did not.
 """
 
 from __future__ import annotations
