@@ -196,3 +196,31 @@ def test_published_grid_all_bandwidths_equal_one_at_a_time(penalty):
                                   solver="published", max_iter=300)
         torch.testing.assert_close(together.fold_mse[i], alone.fold_mse[0], rtol=0, atol=1e-10)
         assert torch.equal(together.n_iter[i], alone.n_iter[0])
+
+
+@pytest.mark.parametrize("folds_kind", ["equal", "unequal"])
+def test_krr_block_formula_equals_per_fold_solves(folds_kind):
+    # residuals of the model fitted without block v are (H_vv)^-1 (H y)_v, H = (K + lam I)^-1
+    from kernelflow.solvers import grid_cv
+
+    rng = np.random.default_rng(5)
+    n, t = (60, 2) if folds_kind == "equal" else (47, 1)
+    X = torch.tensor(rng.uniform(-10, 10, (n, 1)))
+    Y = torch.tensor(rng.standard_normal((n, t)))
+    k = 10 if folds_kind == "equal" else 6
+    folds = np.array_split(rng.permutation(n), k)
+    val = grid_cv.fold_masks(folds, n)
+    trains = [torch.nonzero(~m).reshape(-1) for m in val]
+    vals = [torch.nonzero(m).reshape(-1) for m in val]
+    groups = [[f] for f in range(k)]
+    # from nearly the identity to nearly rank one, penalties down to 1e-6
+    kernels = [Gaussian(float(s)) for s in (0.01, 0.7, 3.0, 1000.0)]
+    lam = torch.tensor(np.geomspace(1e-6, 10, 9))
+    fast = torch.zeros(4, k, 9, dtype=torch.float64)
+    ref = torch.zeros_like(fast)
+    assert grid_cv._krr_scores_blocks(X, Y, kernels, lam, vals, fast)
+    grid_cv._krr_scores(X, Y, kernels, lam, groups, trains, vals, None, False, ref)
+    torch.testing.assert_close(fast, ref, rtol=1e-6, atol=1e-10)
+    # a zero penalty is left to the per-fold paths
+    assert not grid_cv._krr_scores_blocks(X, Y, kernels, torch.tensor([0.0, 1.0]).double(),
+                                          vals, torch.zeros_like(fast))
