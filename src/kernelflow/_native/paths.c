@@ -70,7 +70,7 @@ static int reserve(void **buf, size_t *have, size_t size)
     {                                                                                          \
         const int64_t ld_max = 2 * n + 16;                                                     \
         int64_t *ints = malloc(sizeof(int64_t) * (size_t)(2 * ld_max));                       \
-        REAL_T *reals = malloc(sizeof(REAL_T) * (size_t)(6 * ld_max));                        \
+        REAL_T *reals = malloc(sizeof(REAL_T) * (size_t)(7 * ld_max));                        \
         double *wv = malloc(sizeof(double) * (size_t)(n + 1));                                \
         double *count = malloc(sizeof(double) * (size_t)(n + 1));                             \
         void *local = NULL;                                                                    \
@@ -78,7 +78,8 @@ static int reserve(void **buf, size_t *have, size_t size)
         int status = (ints && reals && wv && count) ? 0 : -1;                                  \
         int64_t *col = ints, *idx = ints + ld_max;                                            \
         REAL_T *yl = reals, *r = reals + ld_max, *w = reals + 2 * ld_max,                      \
-               *sg = reals + 3 * ld_max, *sn = reals + 4 * ld_max, *coef = reals + 5 * ld_max; \
+               *sg = reals + 3 * ld_max, *sn = reals + 4 * ld_max, *coef = reals + 5 * ld_max, \
+               *keep = reals + 6 * ld_max;                                                     \
         for (int64_t p = 0; p < P && status == 0; ++p) {                                       \
             const uint8_t *m = train + fold_of[p] * n;                                         \
             const double *vw = wval + fold_of[p] * n;                                          \
@@ -122,7 +123,7 @@ static int reserve(void **buf, size_t *have, size_t size)
                 n_iter[p] = sign_problem_##SFX(L, ld, yl, n_tr, wv, n_val, vloss, eps, eta,    \
                                                max_iter, patience, resync,                     \
                                                !(method & FLAG_STEPWISE), count, r, w, sg, sn, \
-                                               coef, idx, best + p, best_it + p);              \
+                                               coef, keep, idx, best + p, best_it + p);        \
             else                                                                               \
                 n_iter[p] = coordinate_problem_##SFX(L, ld, n_tr, wv, n_val, vloss, eps, eta,  \
                                                      max_iter, patience, count, r, coef, idx,  \

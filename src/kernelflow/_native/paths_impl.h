@@ -147,15 +147,16 @@ static void CAT(residual, SUFFIX)(const REAL *L, int64_t ld, const REAL *y, int6
     CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, r);
 }
 
-/* New signs of r[0:n_tr] - J c[0:n_tr] into sn, their changes from sign into d, and the running
- * sums of the signs (the coefficients in units of eta) into count; returns the number of
- * changes and stores the number of non-zero signs in *n_nonzero and of signs that did not
- * reverse (sn + sign != 0) in *n_keep. Branch-free, so it vectorises. */
+/* New signs of r[0:n_tr] - J c[0:n_tr] into sn, their changes sn - sign into d, sn + sign
+ * into k (non-zero where a sign did not reverse), and the running sums of the signs (the
+ * coefficients in units of eta) into count; returns the number of changes and stores the
+ * number of non-zero signs in *n_nonzero and of signs that did not reverse in *n_keep. All
+ * zeros are +0. Branch-free, so it vectorises. */
 TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *restrict r,
                                                     const REAL *restrict c, REAL J,
                                                     const REAL *restrict sign,
                                                     REAL *restrict sn, REAL *restrict d,
-                                                    double *restrict count,
+                                                    REAL *restrict k, double *restrict count,
                                                     int64_t *n_nonzero, int64_t *n_keep)
 {
     int64_t flips = 0, nonzero = 0, keep = 0;
@@ -164,6 +165,7 @@ TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *re
         const REAL s = (REAL)(v > 0) - (REAL)(v < 0);
         sn[t] = s;
         d[t] = s - sign[t];
+        k[t] = s + sign[t];
         count[t] += (double)s;
         nonzero += s != 0;
         flips += s != sign[t];
@@ -172,6 +174,55 @@ TARGET_CLONES static int64_t CAT(new_signs, SUFFIX)(int64_t n_tr, const REAL *re
     *n_nonzero = nonzero;
     *n_keep = keep;
     return flips;
+}
+
+/* The rows t < n_tr with v[t] != 0 into idx, with coef = eta v[t]; returns their number. The
+ * values are small integers whose zeros are +0, so a block of 8 is all zero exactly when the OR
+ * of its bit patterns is: the scan costs little where few rows qualify. coef may be v (each
+ * block is read before any of it is written). */
+TARGET_CLONES static int64_t CAT(gather, SUFFIX)(int64_t n_tr, const REAL *v, REAL eta,
+                                                 int64_t *restrict idx, REAL *coef)
+{
+    typedef uint64_t CAT(bits, SUFFIX) __attribute__((vector_size(8 * sizeof(REAL))));
+    int64_t m = 0, t0 = 0;
+    for (; t0 + 8 <= n_tr; t0 += 8) {
+        CAT(bits, SUFFIX) b;
+        memcpy(&b, v + t0, sizeof b);
+        uint64_t any = 0;
+        for (int j = 0; j < (int)(sizeof b / sizeof b[0]); ++j)
+            any |= b[j];
+        if (!any)
+            continue;
+        REAL blk[8];
+        memcpy(blk, v + t0, sizeof blk);
+        for (int j = 0; j < 8; ++j)
+            if (blk[j] != 0) {
+                idx[m] = t0 + j;
+                coef[m++] = eta * blk[j];
+            }
+    }
+    for (; t0 < n_tr; ++t0) {
+        const REAL x = v[t0];
+        if (x != 0) {
+            idx[m] = t0;
+            coef[m++] = eta * x;
+        }
+    }
+    return m;
+}
+
+/* r = r - J c (the residual J steps after the anchor, by the expression of `new_signs`). */
+TARGET_CLONES static void CAT(move_anchor, SUFFIX)(int64_t ld, REAL *restrict r,
+                                                   const REAL *restrict c, REAL J)
+{
+    for (int64_t j = 0; j < ld; ++j)
+        r[j] = r[j] - J * c[j];
+}
+
+TARGET_CLONES static void CAT(negate, SUFFIX)(int64_t ld, REAL *restrict c)
+{
+    for (int64_t j = 0; j < ld; ++j)
+        c[j] = -c[j];
 }
 
 /* The first J in [J0, J_end) at which the sign of some r[t] - J c[t] (t < n_tr) differs from
@@ -209,10 +260,10 @@ static int64_t CAT(next_flip, SUFFIX)(int64_t n_tr, const REAL *r, const REAL *c
     return next;
 }
 
-/* Scratch (length ld each): c, sign, sn, coef (REAL); idx (int64). On entry r = y; on exit
- * count holds alpha / eta. The residual is kept as an anchor r and a per-step change c =
- * eta K sign: J steps after the anchor it is r - J c, so steps without a sign change leave r and w
- * untouched, and with `jump` the loop skips from one sign change (or patience checkpoint) to
+/* Scratch (length ld each): c, sign, sn, coef, keep (REAL); idx (int64). On entry r = y; on
+ * exit count holds alpha / eta. The residual is kept as an anchor r and a
+ * per-step change c = eta K sign: J steps after the anchor it is r - J c, so steps without a
+ * sign change leave r and w untouched, and with `jump` the loop skips from one sign change (or patience checkpoint) to
  * the next, scoring only the validation entries of the skipped steps. */
 static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *y,
                                          int64_t n_tr, const double *wval, int64_t n_val,
@@ -220,7 +271,8 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
                                          REAL eta, int64_t max_iter, int64_t patience,
                                          int64_t resync, int jump, double *count, REAL *r,
                                          REAL *c, REAL *sign, REAL *sn, REAL *coef,
-                                         int64_t *idx, double *best, int64_t *best_it)
+                                         REAL *keep, int64_t *idx, double *best,
+                                         int64_t *best_it)
 {
     int64_t k = 0, since = 0, ka = 0;
     /* a recomputation costs two dense products: at most one per n_tr steps keeps it O(n) per
@@ -244,43 +296,24 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
         }
         const REAL J = (REAL)(k - ka);
         int64_t n_nonzero, n_keep;
-        const int64_t n_flip = CAT(new_signs, SUFFIX)(n_tr, r, c, J, sign, sn, coef, count,
-                                                      &n_nonzero, &n_keep);
+        const int64_t n_flip = CAT(new_signs, SUFFIX)(n_tr, r, c, J, sign, sn, coef, keep,
+                                                      count, &n_nonzero, &n_keep);
         if (n_flip > 0) { /* a new anchor: the residual now */
-            for (int64_t j = 0; j < ld; ++j)
-                r[j] = r[j] - J * c[j];
+            CAT(move_anchor, SUFFIX)(ld, r, c, J);
             ka = k;
-        }
-        if (n_flip > 0) {
             /* the new c = eta K sn from the fewest rows of L: the old c plus eta times the
                changes of sign (n_flip rows), minus the old c plus eta times (sn + sign) (the
                rows whose sign did not reverse: few where most signs flip, as in the
                oscillation of narrow bandwidths), or from scratch (the non-zero signs) */
-            int64_t m = 0;
+            int64_t m;
             if (n_flip <= n_keep && n_flip < n_nonzero) {
-                for (int64_t t = 0; t < n_tr; ++t) {
-                    const REAL d = coef[t];
-                    idx[m] = t;
-                    coef[m] = eta * d;
-                    m += d != 0;
-                }
+                m = CAT(gather, SUFFIX)(n_tr, coef, eta, idx, coef);
             } else if (n_keep < n_nonzero) {
-                for (int64_t t = 0; t < n_tr; ++t) {
-                    const REAL d = sn[t] + sign[t];
-                    idx[m] = t;
-                    coef[m] = eta * d;
-                    m += d != 0;
-                }
-                for (int64_t j = 0; j < ld; ++j)
-                    c[j] = -c[j];
+                m = CAT(gather, SUFFIX)(n_tr, keep, eta, idx, coef);
+                CAT(negate, SUFFIX)(ld, c);
             } else {
-                for (int64_t t = 0; t < n_tr; ++t) {
-                    idx[m] = t;
-                    coef[m] = eta * sn[t];
-                    m += sn[t] != 0;
-                }
-                for (int64_t j = 0; j < ld; ++j)
-                    c[j] = 0;
+                m = CAT(gather, SUFFIX)(n_tr, sn, eta, idx, coef);
+                memset(c, 0, sizeof(REAL) * (size_t)ld);
             }
             CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, c);
         }
