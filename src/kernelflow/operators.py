@@ -62,11 +62,12 @@ class Options:
         means ``memory_fraction`` of the memory available when the call starts.
     memory_fraction : float, default=0.5
         Fraction of available memory used when ``memory_budget`` is None.
-    tile_bytes : int, default=2**23
-        Target size of one kernel tile in bytes (8 MiB: 2**21 entries in float32, 2**20 in
+    tile_bytes : int, default=2**21
+        Target size of one kernel tile in bytes (2 MiB: 2**19 entries in float32, 2**18 in
         float64). Each tile is written by a GEMM, exponentiated in place and read by the
-        product with the right-hand side while it is still in cache; 8 MiB was the fastest
-        size for both dtypes on the reference machine (``docs/performance/foundation.md``).
+        product(s) with the right-hand side while it is still in cache; 2 MiB was the fastest
+        size for both dtypes and for square and Nyström products on the reference machine
+        (``docs/performance/foundation.md``).
     tile_elements : int, optional
         Number of kernel entries per tile; overrides ``tile_bytes`` when given.
     accumulate_float64 : bool, default=False
@@ -89,7 +90,7 @@ class Options:
 
     memory_budget: int | None = None
     memory_fraction: float = 0.5
-    tile_bytes: int = 2**23
+    tile_bytes: int = 2**21
     tile_elements: int | None = None
     accumulate_float64: bool = False
     device: str | torch.device | None = None

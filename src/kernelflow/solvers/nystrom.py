@@ -145,7 +145,7 @@ def _factor(build) -> tuple[torch.Tensor, float]:
 #: Floor tau on the smallest eigenvalue of the preconditioner's inverse, relative to
 #: mean(diag K_MM)^2, by the precision of the kernel products: the jitter j added to K_MM is the
 #: smallest with j^2 / M + lam j >= tau mean(diag K_MM)^2 (see :func:`nystrom_preconditioner`).
-PRECONDITIONER_EPS = {torch.float64: 1e-12, torch.float32: 1e-11}
+PRECONDITIONER_EPS = {torch.float64: 1e-12, torch.float32: 1e-12}
 
 
 def preconditioner_jitter(lam: float, n_centers: int, scale: float,
