@@ -498,11 +498,12 @@ def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
                 e = min(s + 2048, b.X.shape[0])
                 Kc = op.K[s:e] if isinstance(op, _DenseBlock) else op.rows(torch.arange(s, e))
                 Kc = Kc.to(_F64)
-                if b.sample_weight is not None:  # K^T D K = (D^1/2 K)^T (D^1/2 K)
-                    Kc *= b.sample_weight[s:e].to(_F64).clamp_min(0).sqrt().reshape(-1, 1)
+                if b.sample_weight is not None:  # K^T D K = (D^1/2 K)^T (D^1/2 K); not in
+                    # place: Kc may be the stored block itself
+                    Kc = Kc * b.sample_weight[s:e].to(_F64).clamp_min(0).sqrt().reshape(-1, 1)
                 yield Kc
 
-    if G.device.type == "cpu":
+    if C.device.type == "cpu":
         # lower triangle by BLAS syrk (n M^2 multiply-adds, 1.4x faster than the panels below
         # at M = 1000), on as many threads as torch uses
         from scipy.linalg import blas  # noqa: PLC0415
@@ -519,6 +520,7 @@ def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
         # (about (1 + 1/p) / 2 of the full product's multiply-adds for p panels)
         p = max(1, min(8, M // 256))
         edges = [round(i * M / p) for i in range(p + 1)]
+        G = G.to(C.device)
         for Kc in chunks():
             for j0, j1 in zip(edges[:-1], edges[1:]):
                 G[j0:, j0:j1].addmm_(Kc[:, j0:].T, Kc[:, j0:j1])
