@@ -280,3 +280,12 @@ def test_gram_pass_equals_the_dense_product(dtype, weighted):
         G = nystrom_gram(src, k, C, dtype=dtype, block_size=512, cache=c)
         assert torch.equal(G, G.T)
         torch.testing.assert_close(G, ref, rtol=1e-12, atol=1e-9)
+
+
+def test_float32_input_refuses_targets_beyond_its_range():
+    X, y = _small_penalty_data(200)
+    with pytest.raises(ValueError, match="float32 range"):
+        NystromKernelRidge(n_components=20, alpha=1e-2).fit(X.astype(np.float32), y * 1e39)
+    # float64 input fits them (scaled targets, same model up to the scale)
+    m = NystromKernelRidge(n_components=20, alpha=1e-2, random_state=0).fit(X, y * 1e39)
+    assert np.isfinite(m.predict(X[:5])).all()

@@ -126,6 +126,12 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
             estimator, X, y, reset=reset, multi_output=multi_output, y_numeric=y_numeric,
             dtype=np_dtype,
         )
+        if np_dtype is np.float32 and y_numeric:
+            with np.errstate(invalid="ignore"):
+                big = np.abs(np.asarray(yn, dtype=np.float64)) > np.finfo(np.float32).max
+            if bool(np.any(big)):
+                raise ValueError("y holds values beyond the float32 range of X; pass float64 "
+                                 "X (or dtype='float64') to fit them.")
         Xt = torch.from_numpy(np.array(Xn, dtype=np_dtype, order="C", copy=True))
         yt = torch.from_numpy(np.array(yn, dtype=np_dtype, order="C", copy=True))
         if y_numeric and not bool(torch.isfinite(yt).all()):  # object arrays skip sklearn's check
