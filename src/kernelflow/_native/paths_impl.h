@@ -20,9 +20,10 @@
  * change touches neither; a flipped sign moves the anchor to the current residual and changes c
  * by eta times the change of sign times one row; when most signs reverse, c is negated and
  * corrected by the rows whose sign did not reverse, and when that is still more rows than
- * there are non-zero signs, c is summed from scratch. alpha = eta * count with count the running sum of the signs (integers,
- * exact in double). Every max(resync, n_tr) steps r and c are recomputed from count (two dense
- * products, so O(n) per step on average), which bounds the rounding drift of the running sums.
+ * there are non-zero signs, c is summed from scratch. alpha = eta * count with count the
+ * running sum of the signs (integers, exact in double). Every max(resync, n_tr) steps r and
+ * c are recomputed from count (two dense products, so O(n) per step on average), which bounds
+ * the rounding drift of the running sums.
  * After a step without a sign change the loop finds, from the crossings r_t / c_t checked with
  * the same expression, the next step at which a sign changes, and skips the steps before it,
  * scoring only their validation entries: the same results as visiting every step.
@@ -261,10 +262,10 @@ static int64_t CAT(next_flip, SUFFIX)(int64_t n_tr, const REAL *r, const REAL *c
 }
 
 /* Scratch (length ld each): c, sign, sn, coef, keep (REAL); idx (int64). On entry r = y; on
- * exit count holds alpha / eta. The residual is kept as an anchor r and a
- * per-step change c = eta K sign: J steps after the anchor it is r - J c, so steps without a
- * sign change leave r and w untouched, and with `jump` the loop skips from one sign change (or patience checkpoint) to
- * the next, scoring only the validation entries of the skipped steps. */
+ * exit count holds alpha / eta. The residual is kept as an anchor r and a per-step change
+ * c = eta K sign: J steps after the anchor it is r - J c, so steps without a sign change leave
+ * r and c untouched, and with `jump` the loop skips from one sign change (or patience
+ * checkpoint) to the next, scoring only the validation entries of the skipped steps. */
 static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *y,
                                          int64_t n_tr, const double *wval, int64_t n_val,
                                          int32_t vloss, double veps,
