@@ -145,6 +145,8 @@ def _factor(build) -> tuple[torch.Tensor, float]:
 #: Floor tau on the smallest eigenvalue of the preconditioner's inverse, relative to
 #: mean(diag K_MM)^2, by the precision of the kernel products: the jitter j added to K_MM is the
 #: smallest with j^2 / M + lam j >= tau mean(diag K_MM)^2 (see :func:`nystrom_preconditioner`).
+#: Float32 once had 1e-9; the float64 value halves its CG passes at lam = 1e-6
+#: (``docs/performance/nystrom.md``).
 PRECONDITIONER_EPS = {torch.float64: 1e-12, torch.float32: 1e-12}
 
 
@@ -822,8 +824,9 @@ def nystrom_krr(
 
     with bar:
         res = conjugate_gradient(matvec, rhs, x0=x0, max_iter=max_iter, tol=tol, callback=cb)
-    if auto and dtype != _F64 and validation is None and callback is None and not (
-            res.converged or state["reason"] == "change"):
+    reason = "residual" if res.converged else state["reason"]
+    converged = res.converged or reason == "change"
+    if auto and dtype != _F64 and validation is None and callback is None and not converged:
         # float32 products can stall CG where K_MM has eigenvalues below their rounding
         # (a tiny penalty with a smooth kernel): the direct solve accumulates in float64
         logger.info("Nystrom CG in %s did not converge in %d passes (residual %.2e): "
@@ -835,8 +838,6 @@ def nystrom_krr(
         coef, best_iter = state["best_coef"], monitor.best_iteration
     if not torch.isfinite(coef).all():
         raise DivergenceError("Nyström CG produced non-finite coefficients.")
-    reason = "residual" if res.converged else state["reason"]
-    converged = res.converged or reason == "change"
     logger.debug("Nystrom CG: %d iterations, residual %.3g, stopped by %s", res.n_iter,
                  res.residual_norms[-1], reason)
     return NystromSolution(coef=coef, n_iter=res.n_iter, converged=converged,

@@ -120,8 +120,8 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
             y = _torch_checks("y", y, ndim=(1, 2)).cpu().numpy()
         else:
             _check_array_dtype("y", y)
-        np_dtype = (np.float32 if keep_float32 and output_kind(X).dtype == np.float32
-                    else np.float64)
+        kind = output_kind(X)
+        np_dtype = np.float32 if keep_float32 and kind.dtype == np.float32 else np.float64
         Xn, yn = validate_data(
             estimator, X, y, reset=reset, multi_output=multi_output, y_numeric=y_numeric,
             dtype=np_dtype,
@@ -136,7 +136,6 @@ def check_X_y(estimator, X, y, *, reset=True, multi_output=True, sample_weight=N
         yt = torch.from_numpy(np.array(yn, dtype=np_dtype, order="C", copy=True))
         if y_numeric and not bool(torch.isfinite(yt).all()):  # object arrays skip sklearn's check
             raise ValueError("Input y contains NaN or infinity.")
-        kind = output_kind(X)
     check_magnitude("X", Xt, axis_count=4 * Xt.shape[1])
     check_magnitude("y", yt, axis_count=yt.shape[0])
     sw = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ...operators import KernelOperator, LinearOperator, memory_budget
+from ...operators import LinearOperator, memory_budget
 
 __all__ = ["_Matrix"]
 
@@ -38,8 +38,7 @@ class _Matrix:
             # Coordinate descent revisits the same few coordinates: keep their columns, within
             # half the memory budget.
             budget = memory_budget(self.op.options, self.device) // 2
-            size = K.X1.element_size() if isinstance(K, KernelOperator) else K._element_size()
-            self._cap = int(budget // max(1, self.shape[0] * size))
+            self._cap = int(budget // max(1, self.shape[0] * K._element_size()))
 
     def rmatmul(self, A: torch.Tensor) -> torch.Tensor:  # A: (B, n2) -> (B, n1) = (K A^T)^T
         if self.dense is not None:
