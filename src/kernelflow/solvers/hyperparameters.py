@@ -42,6 +42,10 @@ from ..utils.holdout import holdout_indices
 
 _SIGMA_FACTORS = (1.0, 1 / 3, 3.0, 0.1, 10.0, 1 / 30, 30.0)
 _ALPHA_FACTORS = (1.0, 1e-2, 1e2)
+# the float32 search stops below this penalty (relative to the unit diagonal of a stationary
+# kernel): the rounding of a float32 factorisation, about n eps_32 / alpha relative in the
+# smallest eigenvalues, then reaches the marginal likelihood's tolerance
+_FLOAT32_MIN_ALPHA = 3e-4
 
 __all__ = [
     "CRITERIA",
@@ -132,8 +136,8 @@ def _exact_value_and_gradient(K, alpha, Y, kind, need_grad=True):
         logdet = 2.0 * torch.log(L.diagonal()).sum()
         f = (0.5 * n * torch.log(q / n).sum() + 0.5 * t * logdet) / n + 0.5 * t * (
             1.0 + math.log(2.0 * math.pi))
-        # d log q_t = -c_t^T dA c_t / q_t, d log det A = tr(A^{-1} dA)
-        G = (0.5 * t / n) * B - 0.5 * (C / q) @ C.T
+        # d log q_t = -c_t^T dA c_t / q_t, d log det A = tr(A^{-1} dA); formed in B's storage
+        G = B.mul_(0.5 * t / n).addmm_(C / q, C.T, alpha=-0.5)
         return f, G
     if kind == "loo":
         b = B.diagonal().unsqueeze(1)
@@ -162,7 +166,9 @@ class _ExactCriterion(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (G,) = ctx.saved_tensors
-        gK = grad * G if ctx.needs_input_grad[0] else None
+        gK = None
+        if ctx.needs_input_grad[0]:  # the criterion is usually the loss itself (grad = 1)
+            gK = G if bool(grad == 1) else grad * G
         ga = grad * G.diagonal().sum() if ctx.needs_input_grad[1] else None
         return gK, ga, None, None, None
 
@@ -372,16 +378,17 @@ def learn_hyperparameters(
     X, y, kernel: Kernel, *, criterion="marginal_likelihood", alpha=1e-2, learn_alpha=True,
     centers=None, validation_fraction=0.2, sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3),
     scale_bounds=(1e-4, 1e4), n_starts=5, n_restarts=1, max_iter=100, tol=None,
-    random_state=0,
+    random_state=0, search_dtype="auto",
 ) -> HyperparameterResult:
     """Learn the kernel's bandwidths (scalar or per feature), scales and the penalty by L-BFGS.
 
     Every positive parameter p is optimised as log p = lo + (hi - lo) sigmoid(u) (a smooth
     log-scale bound), with torch's L-BFGS and a strong Wolfe line search until the criterion
-    changes by less than ``tol``. Starts: the kernel as given (e.g. the median heuristic) and
-    every bandwidth times 1/3, 3, 1/10, 10, ... (``n_starts`` factors), each with the penalty
-    times 1, 1e-2 and 1e2; all are scored by one evaluation of the criterion and the best
-    ``n_restarts`` are optimised. The best optimised point wins.
+    changes by less than ``tol``. Starts, screened coordinate-wise by one evaluation of the
+    criterion each: the kernel as given (e.g. the median heuristic) with the penalty times 1,
+    1e-2 and 1e2, then every bandwidth times 1/3, 3, 1/10, 10, ... (``n_starts`` factors in
+    all, the given bandwidths included) with the best of those penalties; the best
+    ``n_restarts`` starts are optimised. The best optimised point wins.
     ARD: give the kernel a vector ``sigma`` (one entry per feature; equal entries are fine).
 
     Parameters
@@ -406,7 +413,8 @@ def learn_hyperparameters(
     alpha_bounds, scale_bounds : (float, float)
         Absolute bounds on the penalty and on scale factors.
     n_starts : int, default=5
-        Bandwidth factors screened (times three penalties when ``learn_alpha``).
+        Bandwidth factors screened, the given bandwidths included (at the best of three
+        penalties when ``learn_alpha``: ``n_starts + 2`` evaluations).
     n_restarts : int, default=1
         Screened starts that are optimised.
     max_iter : int, default=100
@@ -419,6 +427,17 @@ def learn_hyperparameters(
         criteria (whose scale is that of y^2).
     random_state : int, default=0
         Seeds the validation split.
+    search_dtype : {"auto", "float32", "float64"}, default="auto"
+        Precision of the screening and of the first L-BFGS run. With ``"float32"`` the starts
+        are screened and L-BFGS runs to ``tol`` on float32 kernel matrices (about half the
+        cost of a float64 factorisation on CPUs and far less on GPUs), then L-BFGS continues
+        from that point, with its curvature pairs, on the float64 criterion until ``tol`` is
+        met there: the result is a float64 optimum, and the returned criterion value is the
+        float64 one. A float32 evaluation that fails (a penalty too small for a float32
+        factorisation) ends the first run at the best point it evaluated. ``"auto"`` is
+        ``"float32"`` for the exact criteria with a shift-invariant kernel (the inputs are
+        centred in float64 before the cast, which leaves such a kernel unchanged) and
+        ``"float64"`` otherwise.
 
     Returns
     -------
@@ -460,6 +479,12 @@ def learn_hyperparameters(
               "scale": tuple(map(math.log, scale_bounds)),
               "alpha": tuple(map(math.log, alpha_bounds))}
     objective = _objective(criterion, X, Y, centers, validation_fraction, random_state)
+    search = objective
+    if _search_dtype(search_dtype, criterion, kernel, learn_alpha or alpha) == torch.float32:
+        # shift-invariant kernel: centring in float64 first keeps the float32 distances exact
+        Xc = (X - X.mean(0)).to(torch.float32)
+        search = _objective(criterion, Xc, Y.to(torch.float32), None, validation_fraction,
+                            random_state)
 
     names = [p[0] for p in params]
     kinds = [p[3] for p in params] + (["alpha"] if learn_alpha else [])
@@ -481,62 +506,53 @@ def learn_hyperparameters(
         a = theta[start].exp() if learn_alpha else fixed_alpha
         return vals, a
 
-    def value_at(u):
+    def value_at(u, fn=objective):
         vals, a = unpack(u)
-        return objective(_with(kernel, names, vals), a)
+        return fn(_with(kernel, names, vals), a)
 
-    def safe_value(u):
+    def safe_value(u, fn=objective):
         with torch.no_grad():
             try:
-                f = float(value_at(u))
+                f = float(value_at(u, fn))
             except (ValueError, torch.linalg.LinAlgError):
                 return math.inf
         return f if math.isfinite(f) else math.inf
 
-    # screen the starts by their criterion (one evaluation each), optimise the best ones
+    # screen the starts by their criterion (one evaluation each), coordinate-wise: the penalty
+    # factors at the given bandwidths, then the bandwidth factors at the best penalty
     starts: list[tuple[float, int, torch.Tensor]] = []
-    for fs in _SIGMA_FACTORS[:max(1, int(n_starts))]:
-        for fa in _ALPHA_FACTORS if learn_alpha else (1.0,):
-            theta = base + np.where(is_sigma, math.log(fs), 0.0)
-            if learn_alpha:
-                theta[-1] += math.log(fa)
-            frac = (torch.tensor(theta) - lo) / (hi - lo)
-            u = torch.logit(frac.clamp(1e-6, 1 - 1e-6))
-            starts.append((safe_value(u), len(starts), u))
+
+    def screen(fs, fa):
+        theta = base + np.where(is_sigma, math.log(fs), 0.0)
+        if learn_alpha:
+            theta[-1] += math.log(fa)
+        frac = (torch.tensor(theta) - lo) / (hi - lo)
+        u = torch.logit(frac.clamp(1e-6, 1 - 1e-6))
+        fn = search if float(unpack(u)[1]) >= _FLOAT32_MIN_ALPHA else objective
+        starts.append((safe_value(u, fn), len(starts), u))
+        return starts[-1][0]
+
+    alpha_values = [screen(1.0, fa) for fa in (_ALPHA_FACTORS if learn_alpha else (1.0,))]
+    fa_best = (_ALPHA_FACTORS if learn_alpha else (1.0,))[int(np.argmin(alpha_values))]
+    for fs in _SIGMA_FACTORS[1:max(1, int(n_starts))]:
+        screen(fs, fa_best)
     starts.sort(key=lambda t: (t[0], t[1]))
 
     best = None
     finals = []
-    for f0, _, u in starts[:max(1, int(n_restarts))]:
+    for f0, _, u0 in starts[:max(1, int(n_restarts))]:
         if not math.isfinite(f0):
             continue
-        u = u.clone().requires_grad_(True)
-        opt = torch.optim.LBFGS([u], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-9,
-                                tolerance_change=tol, history_size=20,
-                                line_search_fn="strong_wolfe")
-        last: dict[str, Any] = {}  # the criterion at the last evaluated point
-
-        def closure(u=u, opt=opt, last=last):
-            opt.zero_grad()
-            f = value_at(u)
-            if not torch.isfinite(f):
-                raise FloatingPointError
-            f.backward()
-            last["u"], last["f"] = u.detach().clone(), float(f.detach())
-            return f
-
-        u_start = u.detach().clone()
-        try:
-            opt.step(closure)
-        except (FloatingPointError, ValueError, torch.linalg.LinAlgError):
-            pass  # a step that leaves the feasible region: keep the last finite point
-        # the line search usually ends at its last evaluation: no need to evaluate it again
-        f = last["f"] if "u" in last and torch.equal(last["u"], u.detach()) else safe_value(u)
+        u, f, n_iter = _lbfgs(u0, value_at, search, objective, max_iter, tol,
+                              lambda u: unpack(u)[1])
         if not math.isfinite(f) or f > f0:
-            f, u = f0, u_start
+            if search is not objective:  # f0 may be a float32 value: compare in float64
+                f0 = safe_value(u0, objective)
+            if not math.isfinite(f) or f > f0:
+                f, u = f0, u0
         finals.append(f)
         if math.isfinite(f) and (best is None or f < best[0]):
-            best = (f, u.detach().clone(), int(opt.state[u].get("n_iter", 0)))
+            best = (f, u, n_iter)
     if best is None:
         raise ValueError(f"Every start of the {criterion!r} optimisation failed (non-finite "
                          "criterion); check the data scale or the bounds.")
@@ -551,6 +567,77 @@ def learn_hyperparameters(
             s2 = float((Y * torch.cholesky_solve(Y, L)).sum() / Y.numel())
     return HyperparameterResult(learned, float(a), criterion, f, s2, n_iter, finals)
 
+
+def _search_dtype(search_dtype, criterion, kernel, alpha):
+    """float32 or float64; ``alpha``: True when the penalty is learned, else its value."""
+    if search_dtype not in ("auto", "float32", "float64"):
+        raise ValueError("search_dtype must be 'auto', 'float32' or 'float64', got "
+                         f"{search_dtype!r}.")
+    if (search_dtype == "float64" or criterion not in EXACT_CRITERIA
+            or (alpha is not True and alpha < _FLOAT32_MIN_ALPHA)):
+        return torch.float64
+    if not kernel.is_stationary:
+        if search_dtype == "float32":
+            raise ValueError("search_dtype='float32' needs a shift-invariant kernel (its inputs "
+                             f"are centred before the cast); {kernel!r} is not.")
+        return torch.float64
+    return torch.float32
+
+
+def _lbfgs(u0, value_at, search, objective, max_iter, tol, alpha_of):
+    """L-BFGS from u0 on ``search`` (float32, or the float64 ``objective`` itself).
+
+    A float32 run switches to the float64 criterion for good where the penalty ``alpha_of(u)``
+    falls below ``_FLOAT32_MIN_ALPHA``. When it ends with fewer than three float64 evaluations
+    (converged in float32, or failed), L-BFGS goes on in float64 from its best point with the
+    curvature pairs of its completed iterations. Returns the best float64 point, its criterion
+    (inf when none was evaluated) and the iterations."""
+    u = u0.clone().requires_grad_(True)
+    opt = torch.optim.LBFGS([u], lr=1.0, max_iter=int(max_iter), tolerance_grad=1e-9,
+                            tolerance_change=tol, history_size=20,
+                            line_search_fn="strong_wolfe")
+    best: dict[bool, tuple[float, torch.Tensor]] = {}  # float64?: the best evaluated point
+    mode: dict[str, Any] = {"fn": search, "n64": 0}
+
+    def closure():
+        opt.zero_grad()
+        if mode["fn"] is not objective and float(alpha_of(u.detach())) < _FLOAT32_MIN_ALPHA:
+            mode["fn"] = objective
+        fn = mode["fn"]
+        f = value_at(u, fn)
+        if not torch.isfinite(f):
+            raise FloatingPointError
+        f.backward()
+        value, key = float(f.detach()), fn is objective
+        mode["n64"] += key
+        if key not in best or value <= best[key][0]:
+            best[key] = (value, u.detach().clone())
+        return f
+
+    def run():
+        try:
+            opt.step(closure)
+        except (FloatingPointError, ValueError, torch.linalg.LinAlgError):
+            return False  # a step that leaves the feasible region: the best point is kept
+        return True
+
+    ok = run()
+    if search is not objective and mode["n64"] < 3 and best:
+        state = opt.state[u]
+        if ok and "d" in state:
+            # the next curvature pair would pair a float32 and a float64 gradient at one
+            # point: a zero step leaves it out; the float32 pairs are kept
+            state["d"] = torch.zeros_like(state["d"])
+        else:  # an interrupted step() keeps none of its pairs
+            opt.state.clear()
+        with torch.no_grad():
+            u.copy_(best[mode["fn"] is objective][1])
+        mode["fn"] = objective
+        run()
+    n_iter = int(opt.state[u].get("n_iter", 0)) if u in opt.state else 0
+    if True not in best:
+        return u0, math.inf, n_iter
+    return best[True][1], best[True][0], n_iter
 
 def _objective(criterion, X, Y, centers, validation_fraction, random_state):
     if criterion == "marginal_likelihood":
