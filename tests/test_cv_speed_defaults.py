@@ -1,9 +1,10 @@
-"""The fast CPU routes of the default CV fits give the values of the tensor code, bit for bit.
+"""The fast CPU routes of the default CV fits give the values of the tensor code.
 
-HuberRule's adaptive threshold (two medians per problem and step) and the l1-ball level of the
-l_inf prox (a few Newton passes per FISTA step) run on NumPy views of CPU tensors; the tensor
+HuberRule's adaptive threshold (two medians per problem and step) and the l1-ball level run on
+NumPy views of CPU tensors, bit for bit; the l_inf prox and the published solver's l_inf step
+run compiled (the same Newton iteration with sums in double: equal to rounding). The tensor
 code remains the reference (other devices, autograd, NaN residuals, a zero MAD). These tests
-compare both routes on hostile batches and on whole default fits.
+compare the routes on hostile batches and on whole default fits.
 """
 
 import warnings
@@ -14,6 +15,7 @@ import torch
 
 from kernelflow.estimators.huber_path import KernelHuberGradientDescentCV
 from kernelflow.estimators.penalized_cv import PenalizedKernelRegressorCV
+from kernelflow.solvers import _native
 from kernelflow.solvers import prox as prox_module
 from kernelflow.solvers.paths.rules import HuberRule
 
@@ -124,9 +126,65 @@ def _assert_same_fit(fast, slow, X, attrs):
 def test_default_penalized_cv_fit_is_the_tensor_fit(monkeypatch):
     X, y = _problem(30, 3, 0)
     fast = _fitted(PenalizedKernelRegressorCV(random_state=0), X, y)
+    # the host level alone (compiled prox off) is the tensor level bit for bit
+    monkeypatch.setattr(_native, "prox_linf_rows", lambda v, c: None)
+    host = _fitted(PenalizedKernelRegressorCV(random_state=0), X, y)
     monkeypatch.setattr(prox_module, "_l1_level", prox_module._l1_level_tensor)
     slow = _fitted(PenalizedKernelRegressorCV(random_state=0), X, y)
-    _assert_same_fit(fast, slow, X, ["sigma_", "alpha_", "cv_mse_", "dual_coef_", "n_iter_"])
+    _assert_same_fit(host, slow, X, ["sigma_", "alpha_", "cv_mse_", "dual_coef_", "n_iter_"])
+    # the compiled prox: the same choices, values equal to rounding
+    for a in ("sigma_", "alpha_"):
+        assert np.asarray(getattr(fast, a)).tolist() == np.asarray(getattr(slow, a)).tolist()
+    np.testing.assert_allclose(fast.cv_mse_, slow.cv_mse_, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(fast.dual_coef_, slow.dual_coef_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(fast.predict(X), slow.predict(X), rtol=1e-8, atol=1e-10)
+
+
+def _tensor_prox_linf(v, c):
+    theta, inside = prox_module._l1_level_tensor(v.abs(), c, None)
+    out = torch.clamp(v, min=-theta, max=theta)
+    out = torch.where(inside, torch.zeros_like(v), out)
+    return torch.where(c <= 0, v, out)
+
+
+@pytest.mark.skipif(not _native.has_ista_linf_step(), reason="compiled extension not built")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_compiled_linf_prox_and_step_are_the_tensor_ones(dtype):
+    rng = np.random.RandomState(2)
+    tol = 1e-14 if dtype == torch.float64 else 1e-6
+    for trial in range(200):
+        B, n = rng.randint(1, 40), rng.randint(1, 70)
+        v = torch.from_numpy(rng.randn(B, n) * 10.0 ** rng.uniform(-6, 6)).to(dtype)
+        if trial % 4 == 0:
+            v = torch.round(v)
+        if trial % 4 == 1:
+            v[:, : n // 2] = v[:, :1]  # ties at the cap
+        scale = float(v.abs().sum(-1).max())
+        c = torch.from_numpy(rng.rand(B, 1) * scale * rng.choice([0.0, 0.1, 1.0, 2.0])).to(dtype)
+        if trial % 5 == 0:
+            c[0, 0] = -1.0  # c <= 0 keeps v
+        if trial % 9 == 2:
+            v[0, 0] = float("nan")  # a NaN row stays NaN
+        got = prox_module.prox_linf(v, c)
+        want = _tensor_prox_linf(v, c)
+        assert torch.equal(got.isnan(), want.isnan())
+        err = (got - want).nan_to_num().abs()
+        assert bool((err <= tol * v.nan_to_num().abs().amax(-1, keepdim=True)).all())
+        # the published solver's fused l_inf step: the same update and step length
+        if trial % 9 == 2:
+            continue
+        A = torch.from_numpy(rng.randn(B, n)).to(dtype)
+        P, Y = torch.randn(B, n, dtype=dtype), torch.randn(B, n, dtype=dtype)
+        eta = torch.from_numpy(rng.rand(B)).to(dtype)
+        thr = c.reshape(-1).abs()
+        new = _tensor_prox_linf(A - eta[:, None] * (P - Y), thr[:, None])
+        moved_want = (new - A).square().sum(-1).sqrt()
+        An = A.numpy().copy()
+        moved = _native.ista_linf_step(An, P.numpy(), Y.numpy(), eta.numpy(), thr.numpy())
+        scale = float(A.abs().max() + (P - Y).abs().max() + 1.0)
+        assert np.abs(An - new.numpy()).max() <= 4 * tol * scale * max(1.0, n ** 0.5)
+        np.testing.assert_allclose(moved, moved_want.double().numpy(), rtol=1e-5 if
+                                   dtype == torch.float32 else 1e-12, atol=tol * scale)
 
 
 def test_huber_cv_fit_is_the_tensor_fit(monkeypatch):

@@ -30,12 +30,14 @@ enum { VLOSS_SQUARED = 0, VLOSS_ABSOLUTE = 1, VLOSS_HUBER = 2 };
 #define REAL double
 #define SUFFIX f64
 #include "paths_impl.h"
+#include "prox_impl.h"
 #undef REAL
 #undef SUFFIX
 
 #define REAL float
 #define SUFFIX f32
 #include "paths_impl.h"
+#include "prox_impl.h"
 #undef REAL
 #undef SUFFIX
 

@@ -84,7 +84,68 @@ def _library():
                        _U8, _F64, _I64, ctypes.c_int32, _F64, real, ctypes.c_int64,
                        ctypes.c_int64, ctypes.c_int64, _F64, _I64, _I64, ptr]
         fn.restype = ctypes.c_int
+        prox = getattr(lib, f"kf_prox_linf_{suffix}", None)
+        if prox is not None:  # absent from an extension built before it existed
+            prox.argtypes = [ptr, ptr, ctypes.c_int64, ctypes.c_int64, ptr, ptr]
+            prox.restype = None
+        step = getattr(lib, f"kf_ista_linf_step_{suffix}", None)
+        if step is not None:
+            step.argtypes = [ptr, ptr, ptr, ptr, ptr, ctypes.c_int64, ctypes.c_int64, _F64]
+            step.restype = ctypes.c_int
     return lib
+
+
+def has_ista_linf_step() -> bool:
+    """Whether :func:`ista_linf_step` runs compiled code."""
+    lib = _library()
+    return lib is not None and hasattr(lib, "kf_ista_linf_step_f64")
+
+
+def ista_linf_step(A: np.ndarray, P: np.ndarray, Y: np.ndarray, eta: np.ndarray,
+                   c: np.ndarray) -> np.ndarray | None:
+    """One capped-ISTA step with the l-infinity prox on the rows of A (B, n), in place
+    (``A <- prox_{c_b ||.||_inf}(A - eta_b (P - Y))``, compiled); returns ||A_new - A_old|| per
+    row, or None when the compiled code is unavailable. All arrays are C-contiguous, of A's
+    dtype (float32 or float64); eta and c have shape (B,)."""
+    lib = _library()
+    suffix = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}.get(A.dtype)
+    if lib is None or suffix is None or not hasattr(lib, f"kf_ista_linf_step_{suffix}"):
+        return None
+    real = ctypes.c_double if suffix == "f64" else ctypes.c_float
+    B, n = A.shape
+    for arr in (P, Y):
+        if arr.shape != (B, n) or arr.dtype != A.dtype or not arr.flags.c_contiguous:
+            raise ValueError("P and Y must be C-contiguous arrays shaped and typed like A.")
+    if not A.flags.c_contiguous or eta.shape != (B,) or c.shape != (B,):
+        raise ValueError("A must be C-contiguous, eta and c of shape (B,).")
+    moved = np.empty(B, dtype=np.float64)
+    code = getattr(lib, f"kf_ista_linf_step_{suffix}")(
+        _ptr(A, real), _ptr(P, real), _ptr(Y, real), _ptr(eta, real), _ptr(c, real), B, n,
+        _ptr(moved, ctypes.c_double))
+    if code != 0:
+        raise MemoryError("kernelflow._paths could not allocate its scratch memory.")
+    return moved
+
+
+def prox_linf_rows(v: torch.Tensor, c: torch.Tensor) -> torch.Tensor | None:
+    """The prox of c_b ||.||_inf of every row b of a CPU float32/float64 tensor v of shape
+    (B, n), compiled (see ``_native/prox_impl.h``); ``c`` has shape (B,). None when the compiled
+    code is unavailable."""
+    lib = _library()
+    suffix = {torch.float64: "f64", torch.float32: "f32"}.get(v.dtype)
+    if lib is None or suffix is None or not hasattr(lib, f"kf_prox_linf_{suffix}"):
+        return None
+    real = ctypes.c_double if suffix == "f64" else ctypes.c_float
+    V = np.ascontiguousarray(v.detach().numpy())
+    C = np.ascontiguousarray(c.detach().to(v.dtype).numpy().reshape(-1))
+    B, n = V.shape
+    if C.size != B:
+        raise ValueError(f"c must hold one threshold per row ({B}), got {C.size}.")
+    out = np.empty_like(V)
+    theta = np.empty(B, dtype=V.dtype)
+    getattr(lib, f"kf_prox_linf_{suffix}")(_ptr(V, real), _ptr(C, real), B, n, _ptr(out, real),
+                                           _ptr(theta, real))
+    return torch.from_numpy(out)
 
 
 def available(method: str | None = None, tensor: torch.Tensor | None = None) -> bool:
