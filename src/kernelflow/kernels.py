@@ -36,6 +36,7 @@ holds ``k1__sigma``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Collection, Sequence
@@ -128,8 +129,7 @@ class Kernel:
     # ---- scikit-learn style parameters -----------------------------------------------------
     @classmethod
     def _get_param_names(cls) -> list[str]:
-        sig = inspect.signature(cls.__init__)
-        return sorted(p for p in sig.parameters if p != "self")
+        return list(_param_names(cls))
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         out = {name: getattr(self, name) for name in self._get_param_names()}
@@ -206,6 +206,11 @@ class Kernel:
     def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:  # shape: (n, d) -> (n, d')
         return X
 
+    def _prepare_both(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(_prepare(X, 0), _prepare(X, 1))`` for a square block k(X, X); subclasses share
+        the work of the two sides (the same values)."""
+        return self._prepare(X, 0), self._prepare(X, 1)
+
     def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:  # -> (n1, n2)
         raise NotImplementedError
 
@@ -223,6 +228,8 @@ class Kernel:
                 f"and {X2.shape[-1]}."
             )
         shift = _common_shift(X1, X2) if self.is_stationary else None
+        if X2 is X1:  # a square block: both sides from one preparation
+            return self._block(*self._prepare_both(_sub(X1, shift)))
         return self._block(self._prepare(_sub(X1, shift), 0), self._prepare(_sub(X2, shift), 1))
 
     def diag(self, X: torch.Tensor) -> torch.Tensor:  # shape: (n,)
@@ -235,6 +242,14 @@ class Kernel:
     def extra_memory(self, n1: int, n2: int) -> int:
         """Scratch elements one block of shape (n1, n2) needs beyond the block itself."""
         return 0
+
+
+@functools.cache
+def _param_names(cls: type) -> tuple[str, ...]:
+    # a class's constructor arguments do not change: read its signature once (inspect costs
+    # tens of microseconds a call, and fits ask for the parameters of many kernels)
+    sig = inspect.signature(cls.__init__)
+    return tuple(sorted(p for p in sig.parameters if p != "self"))
 
 
 def _freeze(value: Any) -> Any:
@@ -397,6 +412,10 @@ class _DistanceKernel(Kernel):
     def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:
         return self._scaled(X)
 
+    def _prepare_both(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        P = self._scaled(X)  # both sides are the same scaled inputs
+        return P, P
+
     def _scaled(self, X: torch.Tensor) -> torch.Tensor:
         """X / sigma, refused when its squared distances would overflow."""
         P = _scale(X, self.sigma)
@@ -448,6 +467,12 @@ class Gaussian(_DistanceKernel):
         one = torch.ones_like(half)
         # <[x, -|x|^2/2, 1], [z, 1, -|z|^2/2]> = <x, z> - |x|^2/2 - |z|^2/2 = -|x - z|^2 / 2
         return torch.cat([Xs, -half, one] if side == 0 else [Xs, one, -half], dim=1)
+
+    def _prepare_both(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        Xs = self._scaled(X)
+        half = 0.5 * (Xs * Xs).sum(1, keepdim=True)
+        one = torch.ones_like(half)
+        return torch.cat([Xs, -half, one], dim=1), torch.cat([Xs, one, -half], dim=1)
 
     def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
         # exponent <= 0 up to rounding; exp of a rounding-level positive value is 1 + O(eps).

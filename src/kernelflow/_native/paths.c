@@ -13,6 +13,9 @@
 /* The skipping loops decide a sign change by the same expression as the step-by-step loops:
    no fused multiply-add may change one of them and not the other. */
 #pragma GCC optimize("fp-contract=off")
+/* 64-byte vector values inside the default (non-AVX-512) clones: static helpers only, so the
+   ABI note does not concern any caller outside this file. */
+#pragma GCC diagnostic ignored "-Wpsabi"
 
 #include <math.h>
 #include <stdint.h>
@@ -28,17 +31,21 @@
 enum { VLOSS_SQUARED = 0, VLOSS_ABSOLUTE = 1, VLOSS_HUBER = 2 };
 
 #define REAL double
+#define RINT int64_t
 #define SUFFIX f64
 #include "paths_impl.h"
 #include "prox_impl.h"
 #undef REAL
+#undef RINT
 #undef SUFFIX
 
 #define REAL float
+#define RINT int32_t
 #define SUFFIX f32
 #include "paths_impl.h"
 #include "prox_impl.h"
 #undef REAL
+#undef RINT
 #undef SUFFIX
 
 enum { METHOD_SIGN = 0, METHOD_COORDINATE = 1, FLAG_STEPWISE = 2 };

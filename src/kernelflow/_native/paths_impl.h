@@ -42,16 +42,31 @@
 #pragma GCC optimize("fp-contract=fast")
 /* x[0:ld] += sum_q coef[q] * L[row[q], 0:ld] (rows of L are ld apart). A block of x is held in
  * vector registers while all rows are added to it (GCC vector extensions; 64-byte vectors are
- * split by the compiler where the target has narrower ones). */
+ * split by the compiler where the target has narrower ones). With n_max > 0 it also returns
+ * max_{j < n_max} |x_j| of the new x (NaN entries ignored, as `a > top ? a : top` does; the
+ * maximum is exact in any order), so that coordinate descent needs no separate pass for it;
+ * with n_max = 0 it returns 0. */
 typedef REAL CAT(vec, SUFFIX) __attribute__((vector_size(64)));
+typedef RINT CAT(ivec, SUFFIX) __attribute__((vector_size(64)));
 
-TARGET_CLONES static void CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t ld,
+/* lane-wise max of |x| into m (whole vectors below n_max only; the rest is scalar) */
+#define KF_MAX_ABS(m, x)                                                                       \
+    do {                                                                                       \
+        const I a_ = (I)(x) & sign_off;                                                        \
+        const I gt_ = (V)a_ > (m);                                                             \
+        (m) = (V)((a_ & gt_) | ((I)(m) & ~gt_));                                               \
+    } while (0)
+
+TARGET_CLONES static REAL CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t ld,
                                                 const int64_t *restrict row,
                                                 const REAL *restrict coef, int64_t count,
-                                                REAL *restrict x)
+                                                REAL *restrict x, int64_t n_max)
 {
     typedef CAT(vec, SUFFIX) V;
+    typedef CAT(ivec, SUFFIX) I;
     enum { VL = (int)(sizeof(V) / sizeof(REAL)) };
+    const I sign_off = (I){0} + (RINT)(~(uint64_t)0 >> (65 - 8 * sizeof(RINT)));
+    V m = {0};
     int64_t j0 = 0;
     for (; j0 + 4 * VL <= ld; j0 += 4 * VL) {
         V a0, a1, a2, a3;
@@ -76,6 +91,14 @@ TARGET_CLONES static void CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t 
         memcpy(x + j0 + VL, &a1, sizeof(V));
         memcpy(x + j0 + 2 * VL, &a2, sizeof(V));
         memcpy(x + j0 + 3 * VL, &a3, sizeof(V));
+        if (j0 + VL <= n_max)
+            KF_MAX_ABS(m, a0);
+        if (j0 + 2 * VL <= n_max)
+            KF_MAX_ABS(m, a1);
+        if (j0 + 3 * VL <= n_max)
+            KF_MAX_ABS(m, a2);
+        if (j0 + 4 * VL <= n_max)
+            KF_MAX_ABS(m, a3);
     }
     for (; j0 + VL <= ld; j0 += VL) {
         V a0;
@@ -86,6 +109,8 @@ TARGET_CLONES static void CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t 
             a0 += ((V){0} + coef[q]) * s0;
         }
         memcpy(x + j0, &a0, sizeof(V));
+        if (j0 + VL <= n_max)
+            KF_MAX_ABS(m, a0);
     }
     for (; j0 < ld; ++j0) {
         REAL a = x[j0];
@@ -93,7 +118,16 @@ TARGET_CLONES static void CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t 
             a += coef[q] * L[row[q] * ld + j0];
         x[j0] = a;
     }
+    REAL top = 0;
+    for (int j = 0; j < VL; ++j)
+        top = m[j] > top ? m[j] : top;
+    for (int64_t j = n_max - n_max % VL; j < n_max; ++j) { /* the last, partial vector */
+        const REAL b = x[j] < 0 ? -x[j] : x[j];
+        top = b > top ? b : top;
+    }
+    return top;
 }
+#undef KF_MAX_ABS
 
 #pragma GCC pop_options
 
@@ -145,7 +179,7 @@ static void CAT(residual, SUFFIX)(const REAL *L, int64_t ld, const REAL *y, int6
     }
     for (int64_t j = 0; j < ld; ++j)
         r[j] = y[j];
-    CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, r);
+    CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, r, 0);
 }
 
 /* New signs of r[0:n_tr] - J c[0:n_tr] into sn, their changes sn - sign into d, sn + sign
@@ -316,7 +350,7 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
                 m = CAT(gather, SUFFIX)(n_tr, sn, eta, idx, coef);
                 memset(c, 0, sizeof(REAL) * (size_t)ld);
             }
-            CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, c);
+            CAT(add_rows, SUFFIX)(L, ld, idx, coef, m, c, 0);
         }
         REAL *tmp = sign; /* the new signs become the current ones */
         sign = sn;
@@ -359,6 +393,53 @@ static int64_t CAT(sign_problem, SUFFIX)(const REAL *L, int64_t ld, const REAL *
     return k;
 }
 
+/* max_t |r_t| over t < n_tr (NaN entries ignored, as `a > top ? a : top` does): add_rows
+ * with no rows. */
+static REAL CAT(max_abs, SUFFIX)(const REAL *L, int64_t ld, REAL *r, int64_t n_tr)
+{
+    return CAT(add_rows, SUFFIX)(L, ld, NULL, NULL, 0, r, n_tr);
+}
+
+/* The rows t < n_tr with |r_t| == top > 0, in increasing order, into idx with coef =
+ * -eta sign(r_t); returns their number (|r_t| is r_t with its sign bit cleared, the same value
+ * as the scalar `r < 0 ? -r : r` wherever it can equal top). */
+TARGET_CLONES static int64_t CAT(ties, SUFFIX)(const REAL *restrict r, int64_t n_tr, REAL top,
+                                               REAL eta, int64_t *restrict idx,
+                                               REAL *restrict coef)
+{
+    typedef CAT(vec, SUFFIX) V;
+    typedef CAT(ivec, SUFFIX) I;
+    enum { VL = (int)(sizeof(V) / sizeof(REAL)) };
+    const I sign_off = (I){0} + (RINT)(~(uint64_t)0 >> (65 - 8 * sizeof(RINT)));
+    int64_t n_tie = 0;
+    if (!(top > 0))
+        return 0;
+    const V tv = (V){0} + top;
+    int64_t t0 = 0;
+    for (; t0 + VL <= n_tr; t0 += VL) {
+        V x;
+        memcpy(&x, r + t0, sizeof x);
+        const I eq = (V)((I)x & sign_off) == tv;
+        RINT any = 0;
+        for (int j = 0; j < VL; ++j)
+            any |= eq[j];
+        if (!any)
+            continue;
+        for (int j = 0; j < VL; ++j)
+            if (eq[j]) {
+                idx[n_tie] = t0 + j;
+                coef[n_tie++] = x[j] > 0 ? -eta : eta; /* r moves against the step */
+            }
+    }
+    for (int64_t t = t0; t < n_tr; ++t) {
+        if ((r[t] < 0 ? -r[t] : r[t]) == top) {
+            idx[n_tie] = t;
+            coef[n_tie++] = r[t] > 0 ? -eta : eta;
+        }
+    }
+    return n_tie;
+}
+
 /* Scratch (length ld each): coef (REAL), idx (int64). On entry r = y; on exit count holds
  * alpha / eta. */
 static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_t n_tr,
@@ -371,28 +452,17 @@ static int64_t CAT(coordinate_problem, SUFFIX)(const REAL *L, int64_t ld, int64_
     int64_t k = 0;
     for (int64_t t = 0; t < n_tr; ++t)
         count[t] = 0;
+    REAL top = CAT(max_abs, SUFFIX)(L, ld, r, n_tr); /* then kept by add_rows */
     while (k < max_iter) {
-        REAL top = 0;
-        for (int64_t t = 0; t < n_tr; ++t) {
-            const REAL a = r[t] < 0 ? -r[t] : r[t];
-            top = a > top ? a : top;
-        }
-        int64_t n_tie = 0;
-        if (top > 0) {
-            for (int64_t t = 0; t < n_tr; ++t) {
-                if ((r[t] < 0 ? -r[t] : r[t]) == top) {
-                    idx[n_tie] = t;
-                    coef[n_tie++] = r[t] > 0 ? -eta : eta; /* r moves against the step */
-                }
-            }
-        } else if (n_val == 0) {
+        const int64_t n_tie = CAT(ties, SUFFIX)(r, n_tr, top, eta, idx, coef);
+        if (!(top > 0) && n_val == 0) {
             break; /* zero residual: the path has ended (with validation rows, keep counting
                       steps, as the patience rule does) */
         }
         /* every tied row moves by its residual's sign from before the step */
         for (int64_t q = 0; q < n_tie; ++q)
             count[idx[q]] += coef[q] < 0 ? 1.0 : -1.0;
-        CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tie, r);
+        top = CAT(add_rows, SUFFIX)(L, ld, idx, coef, n_tie, r, n_tr);
         ++k;
         if (CAT(stops, SUFFIX)(r + n_tr, NULL, 0, wval, n_val, vloss, veps, k, patience, best,
                                best_it))

@@ -11,33 +11,31 @@
  * pays its fixed cost per call many times over.
  */
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi" /* vector helpers are always inlined */
 
 /* Eight doubles (and 64-bit lanes) per vector, GCC vector extensions as in add_rows; the
  * elements are loaded eight at a time and widened to double. */
-typedef double CAT(dvec, SUFFIX) __attribute__((vector_size(64)));
-typedef int64_t CAT(ivec, SUFFIX) __attribute__((vector_size(64)));
+typedef double CAT(dlanes, SUFFIX) __attribute__((vector_size(64)));
+typedef int64_t CAT(lanes, SUFFIX) __attribute__((vector_size(64)));
 typedef REAL CAT(rvec, SUFFIX) __attribute__((vector_size(8 * sizeof(REAL))));
 
-static inline __attribute__((always_inline)) CAT(dvec, SUFFIX) CAT(abs8, SUFFIX)(const REAL *v)
+static inline __attribute__((always_inline)) CAT(dlanes, SUFFIX) CAT(abs8, SUFFIX)(const REAL *v)
 {
-    typedef CAT(dvec, SUFFIX) D;
-    typedef CAT(ivec, SUFFIX) I;
+    typedef CAT(dlanes, SUFFIX) D;
+    typedef CAT(lanes, SUFFIX) I;
     CAT(rvec, SUFFIX) x;
     memcpy(&x, v, sizeof x);
     const D d = __builtin_convertvector(x, D);
     return (D)((I)d & ((I){0} + INT64_MAX)); /* clear the sign bits */
 }
 
-static inline __attribute__((always_inline)) double CAT(hsum, SUFFIX)(CAT(dvec, SUFFIX) a)
+static inline __attribute__((always_inline)) double CAT(hsum, SUFFIX)(CAT(dlanes, SUFFIX) a)
 {
     return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
 /* The last n % 8 elements of v, zero-padded to eight: a zero adds nothing to either pass
  * (|0| - theta > 0 never holds, theta being >= 0). */
-static inline __attribute__((always_inline)) CAT(dvec, SUFFIX)
+static inline __attribute__((always_inline)) CAT(dlanes, SUFFIX)
     CAT(abs_tail, SUFFIX)(const REAL *v, int64_t n)
 {
     REAL buf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -51,7 +49,7 @@ static inline __attribute__((always_inline)) CAT(dvec, SUFFIX)
 static inline __attribute__((always_inline)) double CAT(abs_sum, SUFFIX)(const REAL *restrict v,
                                                                          int64_t n)
 {
-    CAT(dvec, SUFFIX) a0 = {0}, a1 = {0};
+    CAT(dlanes, SUFFIX) a0 = {0}, a1 = {0};
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
         a0 += CAT(abs8, SUFFIX)(v + i);
@@ -70,8 +68,8 @@ static inline __attribute__((always_inline)) double CAT(abs_sum, SUFFIX)(const R
 static inline __attribute__((always_inline)) int64_t
     CAT(level_pass, SUFFIX)(const REAL *restrict v, int64_t n, double theta, double *s)
 {
-    typedef CAT(dvec, SUFFIX) D;
-    typedef CAT(ivec, SUFFIX) I;
+    typedef CAT(dlanes, SUFFIX) D;
+    typedef CAT(lanes, SUFFIX) I;
     D a0 = {0}, a1 = {0};
     I c0 = {0}, c1 = {0};
     const D th = (D){0} + theta;
@@ -99,8 +97,9 @@ static inline __attribute__((always_inline)) int64_t
     return ((c[0] + c[1]) + (c[2] + c[3])) + ((c[4] + c[5]) + (c[6] + c[7]));
 }
 
-TARGET_CLONES static void CAT(prox_linf_row, SUFFIX)(const REAL *restrict v, double c, int64_t n,
-                                      REAL *restrict out, REAL *theta_out)
+/* out may be v itself (the final loop reads v[i] before writing out[i]). */
+TARGET_CLONES static void CAT(prox_linf_row, SUFFIX)(const REAL *v, double c, int64_t n,
+                                                     REAL *out, REAL *theta_out)
 {
     const double total = CAT(abs_sum, SUFFIX)(v, n);
     if (isnan(total) || isnan(c)) { /* no level: NaN, except that c <= 0 keeps v */
@@ -176,5 +175,3 @@ void CAT(kf_prox_linf, SUFFIX)(const REAL *v, const REAL *c, int64_t B, int64_t 
     for (int64_t b = 0; b < B; ++b)
         CAT(prox_linf_row, SUFFIX)(v + b * n, (double)c[b], n, out + b * n, theta + b);
 }
-
-#pragma GCC diagnostic pop
