@@ -36,7 +36,6 @@ holds ``k1__sigma``.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import math
 from collections.abc import Collection, Sequence
@@ -244,12 +243,17 @@ class Kernel:
         return 0
 
 
-@functools.cache
+_PARAM_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _param_names(cls: type) -> tuple[str, ...]:
     # a class's constructor arguments do not change: read its signature once (inspect costs
     # tens of microseconds a call, and fits ask for the parameters of many kernels)
-    sig = inspect.signature(cls.__init__)
-    return tuple(sorted(p for p in sig.parameters if p != "self"))
+    names = _PARAM_NAMES.get(cls)
+    if names is None:
+        sig = inspect.signature(cls)  # the constructor's parameters, without self
+        names = _PARAM_NAMES[cls] = tuple(sorted(p for p in sig.parameters if p != "self"))
+    return names
 
 
 def _freeze(value: Any) -> Any:
