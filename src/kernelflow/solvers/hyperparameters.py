@@ -433,8 +433,9 @@ def learn_hyperparameters(
         cost of a float64 factorisation on CPUs and far less on GPUs), then L-BFGS continues
         from that point, with its curvature pairs, on the float64 criterion until ``tol`` is
         met there: the result is a float64 optimum, and the returned criterion value is the
-        float64 one. A float32 evaluation that fails (a penalty too small for a float32
-        factorisation) ends the first run at the best point it evaluated. ``"auto"`` is
+        float64 one. The first run turns to float64 for good where the penalty falls below
+        3e-4 (there the float32 criterion's rounding reaches the tolerance), and a float32
+        evaluation that fails ends it at the best point it evaluated. ``"auto"`` is
         ``"float32"`` for the exact criteria with a shift-invariant kernel (the inputs are
         centred in float64 before the cast, which leaves such a kernel unchanged) and
         ``"float64"`` otherwise.
