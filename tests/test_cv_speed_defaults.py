@@ -82,16 +82,24 @@ def test_huber_step_follows_a_changed_mask():
     assert _same(rule.step(A, R, 1.0, other), _reference_step(A, R, 1.0, other)[0])
 
 
+def _hostile_rows(rng, trial, max_rows, max_cols, dtype):
+    """A batch of rows over twelve orders of magnitude: integers every fourth trial, ties at the
+    cap (half a row equal) every fourth trial after it."""
+    B, n = rng.randint(1, max_rows), rng.randint(1, max_cols)
+    v = torch.from_numpy(rng.randn(B, n) * 10.0 ** rng.uniform(-6, 6)).to(dtype)
+    if trial % 4 == 0:
+        v = torch.round(v)
+    if trial % 4 == 1:
+        v[:, : n // 2] = v[:, :1]  # ties at the cap
+    return v
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_l1_ball_level_is_the_tensor_level(dtype):
     rng = np.random.RandomState(1)
     for trial in range(300):
-        B, n = rng.randint(1, 60), rng.randint(1, 50)
-        v = torch.from_numpy(rng.randn(B, n) * 10.0 ** rng.uniform(-6, 6)).to(dtype)
-        if trial % 4 == 0:
-            v = torch.round(v)
-        if trial % 4 == 1:
-            v[:, : n // 2] = v[:, :1]  # ties at the cap
+        v = _hostile_rows(rng, trial, 60, 50, dtype)
+        B, n = v.shape
         if trial % 9 == 2:
             v.view(-1)[rng.choice(v.numel(), 2)] = float("nan")
         a = v.abs()
@@ -153,12 +161,8 @@ def test_compiled_linf_prox_and_step_are_the_tensor_ones(dtype):
     rng = np.random.RandomState(2)
     tol = 1e-14 if dtype == torch.float64 else 1e-6
     for trial in range(200):
-        B, n = rng.randint(1, 40), rng.randint(1, 70)
-        v = torch.from_numpy(rng.randn(B, n) * 10.0 ** rng.uniform(-6, 6)).to(dtype)
-        if trial % 4 == 0:
-            v = torch.round(v)
-        if trial % 4 == 1:
-            v[:, : n // 2] = v[:, :1]  # ties at the cap
+        v = _hostile_rows(rng, trial, 40, 70, dtype)
+        B, n = v.shape
         scale = float(v.abs().sum(-1).max())
         c = torch.from_numpy(rng.rand(B, 1) * scale * rng.choice([0.0, 0.1, 1.0, 2.0])).to(dtype)
         if trial % 5 == 0:

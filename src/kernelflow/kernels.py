@@ -465,17 +465,18 @@ class Gaussian(_DistanceKernel):
            [0.6065, 1.    ]])
     """
 
-    def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:
+    def _parts(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         Xs = self._scaled(X)
         half = 0.5 * (Xs * Xs).sum(1, keepdim=True)
-        one = torch.ones_like(half)
+        return Xs, half, torch.ones_like(half)
+
+    def _prepare(self, X: torch.Tensor, side: int) -> torch.Tensor:
+        Xs, half, one = self._parts(X)
         # <[x, -|x|^2/2, 1], [z, 1, -|z|^2/2]> = <x, z> - |x|^2/2 - |z|^2/2 = -|x - z|^2 / 2
         return torch.cat([Xs, -half, one] if side == 0 else [Xs, one, -half], dim=1)
 
     def _prepare_both(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        Xs = self._scaled(X)
-        half = 0.5 * (Xs * Xs).sum(1, keepdim=True)
-        one = torch.ones_like(half)
+        Xs, half, one = self._parts(X)
         return torch.cat([Xs, -half, one], dim=1), torch.cat([Xs, one, -half], dim=1)
 
     def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:

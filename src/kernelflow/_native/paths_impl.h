@@ -48,6 +48,10 @@
  * with n_max = 0 it returns 0. */
 typedef REAL CAT(vec, SUFFIX) __attribute__((vector_size(64)));
 typedef RINT CAT(ivec, SUFFIX) __attribute__((vector_size(64)));
+/* every bit of a RINT but the sign: x & KF_ABS_BITS is |x| for a REAL x of the same width */
+#ifndef KF_ABS_BITS
+#define KF_ABS_BITS ((RINT)(~(uint64_t)0 >> (65 - 8 * sizeof(RINT))))
+#endif
 
 /* lane-wise max of |x| into m (whole vectors below n_max only; the rest is scalar) */
 #define KF_MAX_ABS(m, x)                                                                       \
@@ -65,7 +69,7 @@ TARGET_CLONES static REAL CAT(add_rows, SUFFIX)(const REAL *restrict L, int64_t 
     typedef CAT(vec, SUFFIX) V;
     typedef CAT(ivec, SUFFIX) I;
     enum { VL = (int)(sizeof(V) / sizeof(REAL)) };
-    const I sign_off = (I){0} + (RINT)(~(uint64_t)0 >> (65 - 8 * sizeof(RINT)));
+    const I sign_off = (I){0} + KF_ABS_BITS;
     V m = {0};
     int64_t j0 = 0;
     for (; j0 + 4 * VL <= ld; j0 += 4 * VL) {
@@ -410,7 +414,7 @@ TARGET_CLONES static int64_t CAT(ties, SUFFIX)(const REAL *restrict r, int64_t n
     typedef CAT(vec, SUFFIX) V;
     typedef CAT(ivec, SUFFIX) I;
     enum { VL = (int)(sizeof(V) / sizeof(REAL)) };
-    const I sign_off = (I){0} + (RINT)(~(uint64_t)0 >> (65 - 8 * sizeof(RINT)));
+    const I sign_off = (I){0} + KF_ABS_BITS;
     int64_t n_tie = 0;
     if (!(top > 0))
         return 0;

@@ -95,10 +95,21 @@ def _library():
     return lib
 
 
+def _compiled(stem: str, dtype):
+    """The compiled entry ``kf_<stem>_f64`` / ``_f32`` for a float64 / float32 (NumPy or torch)
+    dtype and its ctypes element type, or None when the extension or the entry is missing."""
+    lib = _library()
+    suffix = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32", torch.float64: "f64",
+              torch.float32: "f32"}.get(dtype)
+    fn = getattr(lib, f"kf_{stem}_{suffix}", None) if lib is not None and suffix else None
+    if fn is None:
+        return None
+    return fn, ctypes.c_double if suffix == "f64" else ctypes.c_float
+
+
 def has_ista_linf_step() -> bool:
     """Whether :func:`ista_linf_step` runs compiled code."""
-    lib = _library()
-    return lib is not None and hasattr(lib, "kf_ista_linf_step_f64")
+    return _compiled("ista_linf_step", torch.float64) is not None
 
 
 def ista_linf_step(A: np.ndarray, P: np.ndarray, Y: np.ndarray, eta: np.ndarray,
@@ -107,11 +118,10 @@ def ista_linf_step(A: np.ndarray, P: np.ndarray, Y: np.ndarray, eta: np.ndarray,
     (``A <- prox_{c_b ||.||_inf}(A - eta_b (P - Y))``, compiled); returns ||A_new - A_old|| per
     row, or None when the compiled code is unavailable. All arrays are C-contiguous, of A's
     dtype (float32 or float64); eta and c have shape (B,)."""
-    lib = _library()
-    suffix = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}.get(A.dtype)
-    if lib is None or suffix is None or not hasattr(lib, f"kf_ista_linf_step_{suffix}"):
+    entry = _compiled("ista_linf_step", A.dtype)
+    if entry is None:
         return None
-    real = ctypes.c_double if suffix == "f64" else ctypes.c_float
+    fn, real = entry
     B, n = A.shape
     for arr in (P, Y):
         if arr.shape != (B, n) or arr.dtype != A.dtype or not arr.flags.c_contiguous:
@@ -119,7 +129,7 @@ def ista_linf_step(A: np.ndarray, P: np.ndarray, Y: np.ndarray, eta: np.ndarray,
     if not A.flags.c_contiguous or eta.shape != (B,) or c.shape != (B,):
         raise ValueError("A must be C-contiguous, eta and c of shape (B,).")
     moved = np.empty(B, dtype=np.float64)
-    code = getattr(lib, f"kf_ista_linf_step_{suffix}")(
+    code = fn(
         _ptr(A, real), _ptr(P, real), _ptr(Y, real), _ptr(eta, real), _ptr(c, real), B, n,
         _ptr(moved, ctypes.c_double))
     if code != 0:
@@ -131,11 +141,10 @@ def prox_linf_rows(v: torch.Tensor, c: torch.Tensor) -> torch.Tensor | None:
     """The prox of c_b ||.||_inf of every row b of a CPU float32/float64 tensor v of shape
     (B, n), compiled (see ``_native/prox_impl.h``); ``c`` has shape (B,). None when the compiled
     code is unavailable."""
-    lib = _library()
-    suffix = {torch.float64: "f64", torch.float32: "f32"}.get(v.dtype)
-    if lib is None or suffix is None or not hasattr(lib, f"kf_prox_linf_{suffix}"):
+    entry = _compiled("prox_linf", v.dtype)
+    if entry is None:
         return None
-    real = ctypes.c_double if suffix == "f64" else ctypes.c_float
+    fn, real = entry
     V = np.ascontiguousarray(v.detach().numpy())
     C = np.ascontiguousarray(c.detach().to(v.dtype).numpy().reshape(-1))
     B, n = V.shape
@@ -143,8 +152,7 @@ def prox_linf_rows(v: torch.Tensor, c: torch.Tensor) -> torch.Tensor | None:
         raise ValueError(f"c must hold one threshold per row ({B}), got {C.size}.")
     out = np.empty_like(V)
     theta = np.empty(B, dtype=V.dtype)
-    getattr(lib, f"kf_prox_linf_{suffix}")(_ptr(V, real), _ptr(C, real), B, n, _ptr(out, real),
-                                           _ptr(theta, real))
+    fn(_ptr(V, real), _ptr(C, real), B, n, _ptr(out, real), _ptr(theta, real))
     return torch.from_numpy(out)
 
 

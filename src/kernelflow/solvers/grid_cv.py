@@ -414,15 +414,22 @@ def _published_loop(matvec, A, Y, thresh, penalty, eta, m, max_iter, fused, n_it
     train = matvec.row_train[rows % matvec.per]
     old = train.clone()  # ones on the training rows, zeros on the validation rows
     first = True
+
+    def host(Yr, tr, er):
+        # the compiled step's targets, steps and thresholds, as arrays: made again only when
+        # rows stop, not at every step
+        def flat(t):
+            return np.ascontiguousarray(t.to(Y.dtype).reshape(-1).numpy())
+
+        return np.ascontiguousarray(Yr.numpy()), flat(er), flat(er * tr)
+
+    args = host(Yr, tr, er) if fused else None
     for it in range(max_iter):
         Ar = A if rows.numel() == B else A[rows]
         if fused and not first:
             P = matvec(Ar, rows)
             moved = torch.from_numpy(_native.ista_linf_step(
-                Ar.numpy(), np.ascontiguousarray(P.numpy()), np.ascontiguousarray(Yr.numpy()),
-                np.ascontiguousarray(er.to(Y.dtype).expand(len(rows), 1).reshape(-1).numpy()),
-                np.ascontiguousarray((er * tr).to(Y.dtype).expand(len(rows), 1).reshape(-1)
-                                     .numpy())))
+                Ar.numpy(), np.ascontiguousarray(P.numpy()), *args))
             new = Ar  # updated in place
         else:
             G = matvec(Ar, rows) - Yr
@@ -444,6 +451,8 @@ def _published_loop(matvec, A, Y, thresh, penalty, eta, m, max_iter, fused, n_it
             if rows.numel() == 0:
                 break
             Yr, tr, er, mr = Yr[keep], tr[keep], er[keep], mr[keep]
+            if fused:
+                args = host(Yr, tr, er)
     return A, n_iter
 
 

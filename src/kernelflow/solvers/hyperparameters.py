@@ -481,7 +481,8 @@ def learn_hyperparameters(
               "alpha": tuple(map(math.log, alpha_bounds))}
     objective = _objective(criterion, X, Y, centers, validation_fraction, random_state)
     search = objective
-    if _search_dtype(search_dtype, criterion, kernel, learn_alpha or alpha) == torch.float32:
+    if _search_dtype(search_dtype, criterion, kernel,
+                     None if learn_alpha else alpha) == torch.float32:
         # shift-invariant kernel: centring in float64 first keeps the float32 distances exact
         Xc = (X - X.mean(0)).to(torch.float32)
         search = _objective(criterion, Xc, Y.to(torch.float32), None, validation_fraction,
@@ -569,13 +570,13 @@ def learn_hyperparameters(
     return HyperparameterResult(learned, float(a), criterion, f, s2, n_iter, finals)
 
 
-def _search_dtype(search_dtype, criterion, kernel, alpha):
-    """float32 or float64; ``alpha``: True when the penalty is learned, else its value."""
+def _search_dtype(search_dtype, criterion, kernel, fixed_alpha):
+    """float32 or float64; ``fixed_alpha``: the penalty when it is not learned, else None."""
     if search_dtype not in ("auto", "float32", "float64"):
         raise ValueError("search_dtype must be 'auto', 'float32' or 'float64', got "
                          f"{search_dtype!r}.")
     if (search_dtype == "float64" or criterion not in EXACT_CRITERIA
-            or (alpha is not True and alpha < _FLOAT32_MIN_ALPHA)):
+            or (fixed_alpha is not None and fixed_alpha < _FLOAT32_MIN_ALPHA)):
         return torch.float64
     if not kernel.is_stationary:
         if search_dtype == "float32":
@@ -631,14 +632,15 @@ def _lbfgs(u0, value_at, search, objective, max_iter, tol, alpha_of):
             state["d"] = torch.zeros_like(state["d"])
         else:  # an interrupted step() keeps none of its pairs
             opt.state.clear()
-        with torch.no_grad():
-            u.copy_(best[mode["fn"] is objective][1])
+        with torch.no_grad():  # the best float64 point when there is one
+            u.copy_(best.get(True, best.get(False))[1])
         mode["fn"] = objective
         run()
     n_iter = int(opt.state[u].get("n_iter", 0)) if u in opt.state else 0
     if True not in best:
         return u0, math.inf, n_iter
     return best[True][1], best[True][0], n_iter
+
 
 def _objective(criterion, X, Y, centers, validation_fraction, random_state):
     if criterion == "marginal_likelihood":

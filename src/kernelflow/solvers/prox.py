@@ -219,9 +219,7 @@ def prox_linf(v: torch.Tensor, c, *, theta0=None, return_level: bool = False):
         # methods call this on thousands of short rows per step
         n = v.shape[-1]
         rows = v.reshape(-1, n)
-        cb = c.to(v.dtype).expand(*v.shape[:-1], 1).reshape(-1) if c.ndim else \
-            c.to(v.dtype).expand(rows.shape[0])
-        out = _native.prox_linf_rows(rows, cb)
+        out = _native.prox_linf_rows(rows, c.to(v.dtype).expand(*v.shape[:-1], 1).reshape(-1))
         if out is not None:
             return out.reshape(v.shape)
     theta, inside = _l1_level(v.abs(), c, theta0)
