@@ -30,13 +30,25 @@ K_Mn D y, and its predictive covariance is
     cov = k_** - k_*M K_MM^{-1} k_M* + alpha k_*M (K_Mn D K_nM + alpha K_MM)^{-1} k_M*,
 
 computed with K_MM = L L^T, G = L^{-1} K_Mn D K_nM L^{-T} and G + alpha I = R R^T as
-k_** - ||v||^2 + alpha ||R^{-1} v||^2, v = L^{-1} k_M*. The DTC evidence is
+k_** - ||v||^2 + alpha ||R^{-1} v||^2, v = L^{-1} k_M*. G is accumulated in whitened form,
+G = sum_blocks A_b D_b A_b^T with A_b = L^{-1} K_Mb (as GPflow's SGPR does): a sum of Gram
+products is positive semi-definite in floating point as well, so G + alpha I factorises at
+any penalty, whereas L^{-1} (K_Mn D K_nM) L^{-T} formed after the pass amplifies the rounding
+of K_Mn D K_nM by cond(K_MM) and loses definiteness at learned (small) penalties and long
+bandwidths. The DTC evidence is
 log N(y | 0, Q + alpha D^{-1}), by Woodbury and the determinant lemma
 
     -1/(2 alpha) (y^T D y - ||R^{-1} L^{-1} K_Mn D y||^2)
     - 1/2 (n log alpha - sum log w + log det(G + alpha I) - M log alpha) - n/2 log 2 pi.
 
 With all training points as centres Q = K and both formulas are the exact ones.
+
+Signal variance. Both posteriors are computed for the prior k (signal variance 1); a model
+whose prior is s^2 k with noise s^2 alpha / w_i (the Gaussian-process reading of learned
+hyperparameters, :mod:`kernelflow.solvers.hyperparameters`) has the same mean, s^2 times the
+(co)variance, and the evidence -q / (2 s^2) - 1/2 (log det + n log s^2 + n log 2 pi) with the
+quadratic form q and the log determinant of the unit-scale model (``signal_variance`` of
+:meth:`ExactPosterior.log_marginal_likelihood` and :meth:`NystromPosterior.log_evidence`).
 
 FITC (fully independent training conditional, Snelson & Ghahramani 2006; Quinonero-Candela &
 Rasmussen 2005, Sec. 6) keeps the exact prior variance at every training point: its prior
@@ -90,6 +102,25 @@ def _kernel_diag(kernel: Kernel, X: torch.Tensor) -> torch.Tensor:
     return torch.cat(out).to(_F64) if out else torch.zeros(0, dtype=_F64)
 
 
+def _per_target(signal_variance, n_targets: int) -> torch.Tensor:
+    """Signal variances as a float64 tensor of shape (n_targets,) (None: ones)."""
+    if signal_variance is None:
+        return torch.ones(n_targets, dtype=_F64)
+    s2 = torch.as_tensor(signal_variance, dtype=_F64).reshape(-1).cpu()
+    if s2.numel() == 1:
+        s2 = s2.expand(n_targets)
+    if s2.numel() != n_targets or not bool(torch.isfinite(s2).all()) or bool((s2 <= 0).any()):
+        raise ValueError(f"signal_variance must be positive and finite, one value or one per "
+                         f"target ({n_targets}), got {signal_variance!r}.")
+    return s2
+
+
+def _scaled_evidence(quad: torch.Tensor, logdet: float, n: float, s2: torch.Tensor) -> float:
+    """sum_t log N(y_t | 0, s2_t A) from q_t = y_t^T A^{-1} y_t and log det A."""
+    quad = quad.to(_F64).cpu()
+    return float((-0.5 * quad / s2 - 0.5 * (logdet + n * torch.log(s2) + n * _LOG_2PI)).sum())
+
+
 @dataclass
 class ExactPosterior:
     """Cholesky factors of W^{1/2} K W^{1/2} + alpha I, one per distinct penalty.
@@ -139,12 +170,14 @@ class ExactPosterior:
                 out[:, cols] = (k_ss.to(_F64) - (V * V).sum(0)).clamp_min(0.0)[:, None]
         return out
 
-    def log_marginal_likelihood(self, coef: torch.Tensor) -> float:
+    def log_marginal_likelihood(self, coef: torch.Tensor, signal_variance=None) -> float:
         """Log evidence of the targets from the dual coefficients c = (K + alpha W^{-1})^{-1} y.
 
         Uses y^T (K + alpha W^{-1})^{-1} y = z^T A z with z = W^{-1/2} c (zero on rows of zero
-        weight), so the training targets need not be stored.
+        weight), so the training targets need not be stored. ``signal_variance`` (a float or
+        one per target; None: 1) scales the prior covariance, s^2 (K + alpha W^{-1}).
         """
+        s2 = _per_target(signal_variance, self.n_targets)
         C = coef.to(_F64).reshape(coef.shape[0], -1)
         sw = self.sqrt_weight
         if sw is None:
@@ -158,7 +191,7 @@ class ExactPosterior:
         for alpha, L, cols in self.factors:
             quad = ((L.T @ Z[:, cols]) ** 2).sum(0)
             logdet = 2.0 * float(torch.log(L.diagonal()).sum()) - n_zero * math.log(alpha) - log_w
-            total += float((-0.5 * quad).sum()) - len(cols) * 0.5 * (logdet + n_pos * _LOG_2PI)
+            total += _scaled_evidence(quad, logdet, n_pos, s2[cols])
         return total
 
 
@@ -219,9 +252,15 @@ class NystromPosterior:
         Lower Cholesky factor of G + alpha I, G = L^{-1} K_Mn D K_nM L^{-T}.
     alpha : float
     log_marginal_likelihood : float
-        DTC (or FITC) log evidence of the centred targets (summed over targets).
+        DTC (or FITC) log evidence of the centred targets (summed over targets), prior k.
     method : str
         "dtc" or "fitc".
+    quad : tensor (t,)
+        y_t^T (Q + alpha D^{-1})^{-1} y_t per target (FITC: its covariance).
+    logdet : float
+        log det(Q + alpha D^{-1}) (FITC: its covariance), over the rows of positive weight.
+    n : float
+        Rows of positive weight.
     """
 
     L: torch.Tensor
@@ -229,6 +268,17 @@ class NystromPosterior:
     alpha: float
     log_marginal_likelihood: float
     method: str = "dtc"
+    quad: torch.Tensor | None = None
+    logdet: float = 0.0
+    n: float = 0.0
+
+    def log_evidence(self, signal_variance=None) -> float:
+        """The log evidence with prior covariance s^2 (Q + alpha D^{-1}) (``signal_variance``
+        s^2: a float or one per target; None: 1, ``log_marginal_likelihood``)."""
+        if signal_variance is None or self.quad is None:
+            return self.log_marginal_likelihood
+        s2 = _per_target(signal_variance, self.quad.numel())
+        return _scaled_evidence(self.quad, self.logdet, self.n, s2)
 
     def covariance(self, K_cs: torch.Tensor, k_ss: torch.Tensor, *, full: bool = False):
         """Predictive (co)variance from K_cs = k(C, X_test) (M, m) and prior k_ss."""
@@ -276,39 +326,38 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
     rows = max(1, min(rows, memory_budget(options) // (4 * 8 * max(M, 1))))
     for blk in source.iter_blocks(rows, dtype=_F64):
         Kb = KernelOperator(kernel, blk.X, C, options=options).to_dense().to(_F64).cpu()
+        A = _tri_solve(L, Kb.T)  # whitened block L^{-1} K_Mb, (M, b)
+        del Kb
         y = blk.y.to(_F64).reshape(blk.X.shape[0], -1).cpu()
         if y_offset is not None:
             y = y - y_offset.to(_F64).reshape(1, -1)
         w = blk.sample_weight
         if method == "fitc":
             # FITC: noise alpha / w_i + (k_ii - q_ii), i.e. weight w_i alpha / (alpha + w_i d_i)
-            Xb = blk.X.to(_F64)
-            d = (_kernel_diag(kernel, Xb).cpu()
-                 - (_tri_solve(L, Kb.T) ** 2).sum(0)).clamp_min(0.0)
+            d = (_kernel_diag(kernel, blk.X.to(_F64)).cpu() - (A * A).sum(0)).clamp_min(0.0)
             w = torch.ones_like(d) if w is None else w.to(_F64).cpu()
             w = torch.where(w > 0, w * alpha / (alpha + w * d), torch.zeros_like(w))
         if w is None:
-            Kw, yw = Kb, y
+            Aw, yw = A, y
             stats[-2] += blk.X.shape[0]
         else:
             w = w.to(_F64).cpu()
-            Kw, yw = Kb * w[:, None], y * w[:, None]
+            Aw, yw = A * w[None, :], y * w[:, None]
             pos = w > 0
             stats[-2] += pos.sum()
             stats[-1] += torch.log(w[pos]).sum()
-        G += Kw.T @ Kb
-        b += Kw.T @ y
+        G += Aw @ A.T
+        b += Aw @ y
         stats[:t] += (yw * y).sum(0)
     G, b, stats = all_reduce_sum(G), all_reduce_sum(b), all_reduce_sum(stats)
-    Gt = _tri_solve(L, _tri_solve(L, G).T)  # L^{-1} G L^{-T} (G symmetric)
-    Gt = 0.5 * (Gt + Gt.T)
-    Gt.diagonal().add_(alpha)
-    R, _ = cholesky(Gt, overwrite=True, warn=False)
-    bt = _tri_solve(R, _tri_solve(L, b))
+    G = 0.5 * (G + G.T)  # L^{-1} K_Mn D K_nM L^{-T}, positive semi-definite by construction
+    G.diagonal().add_(alpha)
+    R, _ = cholesky(G, overwrite=True, warn=False)
+    bt = _tri_solve(R, b)
     n_pos, log_w = float(stats[-2]), float(stats[-1])
     quad = (stats[:t] - (bt * bt).sum(0)) / alpha
     logdet = ((n_pos - M) * math.log(alpha) - log_w
               + 2.0 * float(torch.log(R.diagonal()).sum()))
-    lml = float((-0.5 * quad).sum()) - t * 0.5 * (logdet + n_pos * _LOG_2PI)
+    lml = _scaled_evidence(quad, logdet, n_pos, torch.ones(t, dtype=_F64))
     return NystromPosterior(L=L, R=R, alpha=float(alpha), log_marginal_likelihood=lml,
-                            method=method)
+                            method=method, quad=quad, logdet=logdet, n=n_pos)
