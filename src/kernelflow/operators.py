@@ -25,6 +25,7 @@ budget.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from dataclasses import dataclass
@@ -230,7 +231,9 @@ def available_memory(device: torch.device | str | None = None) -> int:
     """Bytes available now on ``device``: for the CPU, the smallest of the host's free memory
     (``MemAvailable``), what is left under this process's cgroup memory limit (v2
     ``memory.max - memory.current``, v1 ``memory.limit_in_bytes - memory.usage_in_bytes``) and
-    under its address-space limit (``RLIMIT_AS``/``RLIMIT_DATA`` minus the current size).
+    under its address-space limit (``RLIMIT_AS``/``RLIMIT_DATA`` minus the current size); for a
+    CUDA device, the device's free memory (``torch.cuda.mem_get_info``), to which the blocks
+    cached by PyTorch's allocator but not in use are added (they are free to this process).
 
     Examples
     --------
@@ -240,18 +243,81 @@ def available_memory(device: torch.device | str | None = None) -> int:
     device = torch.device(device) if device is not None else torch.device("cpu")
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
+        cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return int(free) + max(0, int(cached))
     limits = [_host_available(), _cgroup_available(), _rlimit_available()]
     return int(min(v for v in limits if v is not None))
 
 
 def memory_budget(options: Options | None = None, device=None) -> int:
     """Bytes one engine call may use: ``options.memory_budget`` or a fraction of what is free
-    (see :func:`available_memory`: host, cgroup and address-space limits)."""
+    on the device of the computation (see :func:`available_memory`: host, cgroup and
+    address-space limits on the CPU, free device memory on a GPU).
+
+    The device is ``device`` when given, else ``options.device``, else the CPU.
+
+    Examples
+    --------
+    >>> memory_budget(Options(memory_budget=2**20))
+    1048576
+    """
     options = options or Options()
     if options.memory_budget is not None:
         return int(options.memory_budget)
+    if device is None:
+        device = options.device
     return int(options.memory_fraction * available_memory(device))
+
+
+def _oom_advice(exc: BaseException, what: str, device) -> str:
+    """The message of the ``MemoryError`` that replaces an allocator's out-of-memory error."""
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    try:
+        free = f"{available_memory(device) / 2**30:.2f} GiB"
+    except Exception:  # noqa: BLE001 - advice only
+        free = "an unknown amount"
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    where = ("free on that device" if device.type != "cpu"
+             else "available (host, cgroup and RLIMIT_AS limits)")
+    return (
+        f"{what} ran out of memory on {device} ({first}). {free} are {where} now. Lower the "
+        "problem size (fewer rows, n_components or block_size), use float32, or set "
+        "options=Options(memory_budget=...) below that figure: the engine sizes its tiles and "
+        "decides what to store from the budget."
+    )
+
+
+#: CUDA's out-of-memory error (``torch.OutOfMemoryError`` from torch 2.5 on, a RuntimeError).
+_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+
+
+def _translate_oom(method):
+    """Re-raise an allocator's out-of-memory error (``torch.OutOfMemoryError``, which CUDA
+    raises, or the CPU allocator's ``RuntimeError``) inside an operator method as a
+    ``MemoryError`` with advice; the original error is its ``__cause__``."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except _OUT_OF_MEMORY as exc:
+            raise MemoryError(_oom_advice(exc, f"{type(self).__name__}.{name}",
+                                          _safe_device(self))) from exc
+        except RuntimeError as exc:
+            if "can't allocate memory" not in str(exc):
+                raise
+            raise MemoryError(_oom_advice(exc, f"{type(self).__name__}.{name}",
+                                          _safe_device(self))) from exc
+
+    return wrapper
+
+
+def _safe_device(op) -> torch.device | None:
+    try:
+        return op.device
+    except Exception:  # noqa: BLE001 - advice only
+        return None
 
 
 def _index(idx, n: int, device, name: str) -> torch.Tensor:
@@ -388,6 +454,7 @@ class LinearOperator:
     def _empty(self, n: int, V: torch.Tensor) -> torch.Tensor:
         return torch.zeros(n, V.shape[1], dtype=self._acc_dtype(V), device=self.device)
 
+    @_translate_oom
     def matmul(self, V: torch.Tensor) -> torch.Tensor:
         """K @ V for V of shape (n2,) or (n2, t); returns (n1,) or (n1, t)."""
         n1, n2 = self.shape
@@ -398,6 +465,7 @@ class LinearOperator:
     def __matmul__(self, V):
         return self.matmul(V)
 
+    @_translate_oom
     def t_matmul(self, V: torch.Tensor) -> torch.Tensor:
         """K.T @ V for V of shape (n1,) or (n1, t); returns (n2,) or (n2, t)."""
         n1, n2 = self.shape
@@ -421,6 +489,7 @@ class LinearOperator:
             raise ValueError(f"A must have shape (B, {n2}), found {tuple(A.shape)}.")
         return self.matmul(A.T.contiguous()).T
 
+    @_translate_oom
     def kt_k_matmul(self, V: torch.Tensor, W: torch.Tensor | None = None,
                     row_weights: torch.Tensor | None = None) -> torch.Tensor:
         """K.T @ (D (K @ V + W)) (the normal-equation product); D = diag(row_weights).
@@ -448,6 +517,7 @@ class LinearOperator:
             return torch.zeros(0, dtype=self.dtype, device=self.device)
         return self._diagonal()
 
+    @_translate_oom
     def block(self, rows, cols) -> torch.Tensor:
         """Dense sub-matrix ``K[rows][:, cols]`` (positions, boolean masks or slices)."""
         n1, n2 = self.shape

@@ -127,10 +127,11 @@ def _compute_dtype(estimator, X_dtype):
     return X_dtype if X_dtype in (torch.float32, torch.float64) else torch.float64
 
 
-def _resolved_options(estimator) -> Options:
+def _resolved_options(estimator, device=None) -> Options:
     opts = estimator.options or Options()
-    if opts.memory_budget is None:  # fix the budget once per fit: stable block sizes
-        opts = opts.replace(memory_budget=memory_budget(opts))
+    if opts.memory_budget is None:  # fix the budget once per fit: stable block sizes; on a
+        # GPU it is a fraction of the device's free memory
+        opts = opts.replace(memory_budget=memory_budget(opts, device))
     return opts
 
 
@@ -472,7 +473,7 @@ class NystromKernelRidge(_NystromBase):
 
     def _fit(self, X, y, sample_weight):
         source, rng, kernel, C, dtype, prev = self._setup(X, y, sample_weight)
-        options = _resolved_options(self)
+        options = _resolved_options(self, C.device)
         t = source.n_outputs
         if self.fit_intercept:
             W, ysum, _ = source_moments(source, block_size=self.block_size)

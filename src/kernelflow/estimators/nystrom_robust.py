@@ -215,7 +215,7 @@ class NystromRobustRegressor(_NystromBase):
             learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol,
             preconditioned=self.preconditioned, fit_intercept=self.fit_intercept, coef0=coef0,
             intercept0=intercept0, validation=val, n_iter_no_change=self.n_iter_no_change,
-            dtype=dtype, options=_resolved_options(self), block_size=self.block_size,
+            dtype=dtype, options=_resolved_options(self, C.device), block_size=self.block_size,
             verbose=self.verbose,
         )
         if (self.learning_rate == "auto" and not sol.converged and not sol.stopped_early

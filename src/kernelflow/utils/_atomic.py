@@ -192,16 +192,20 @@ def _is_raw_allocation_failure(exc: BaseException) -> bool:
 
 
 def _memory_advice(est, name: str, exc: BaseException) -> str:
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    # CUDA's error names the device ("CUDA out of memory"): report that device's free memory
+    on_gpu = "cuda" in first.lower() and torch.cuda.is_available()
     try:
         from ..operators import available_memory
 
-        free = f"{available_memory() / 2**30:.2f} GiB"
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else None
+        free = f"{available_memory(device) / 2**30:.2f} GiB"
     except Exception:  # noqa: BLE001 - advice only
         free = "unknown"
-    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    limits = "free GPU memory" if on_gpu else "host, cgroup and RLIMIT_AS limits"
     return (
         f"{type(est).__name__}.{name} ran out of memory ({first}). This process may use about "
-        f"{free} now (host, cgroup and RLIMIT_AS limits). Lower the problem size (fewer rows, "
+        f"{free} now ({limits}). Lower the problem size (fewer rows, "
         "n_components, block_size or degree), use float32 where the estimator offers dtype, or "
         "set options=Options(memory_budget=...) below that figure. The estimator is left as it "
         "was before the call."
