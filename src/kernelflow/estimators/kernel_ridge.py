@@ -16,7 +16,12 @@ from ..solvers.hyperparameters import EXACT_CRITERIA
 from ..utils._finite import NotPositiveDefiniteError
 from ..utils._validation import check_X_y
 from ._base import PRECOMPUTED_KERNEL_CONSTRAINTS, KernelEstimatorMixin, check_precomputed
-from ._hyperparameters import learn_for_estimator
+from ._hyperparameters import (
+    OPTIMIZER_CONSTRAINTS,
+    check_optimizer,
+    learn_for_estimator,
+    set_unit_signal_variance,
+)
 from ._uncertainty import exact_log_marginal_likelihood, exact_predict
 
 __all__ = ["KernelRidge"]
@@ -73,7 +78,22 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     learn_hyperparameters : {"marginal_likelihood", "loo", "gcv"} or None, default=None
         Learn the bandwidth(s) and the penalty (``alpha`` and ``sigma`` are the starting
         point) by minimising this criterion with L-BFGS, see
-        :func:`kernelflow.hyperparameters.learn_hyperparameters`. Cost O(n^3) per step.
+        :func:`kernelflow.hyperparameters.learn_hyperparameters`. Cost O(n^3) per step. The
+        Gaussian-process signal variance (learned with ``"marginal_likelihood"``, its
+        maximum-likelihood value at the learned kernel and penalty otherwise) and the noise
+        variance are then used by ``predict(return_std=True)`` and
+        ``log_marginal_likelihood()``.
+    n_restarts_optimizer : int, default=0
+        Further L-BFGS runs of ``learn_hyperparameters`` from random starts (each parameter
+        log-uniform within its bounds, seeded by ``random_state``), as in scikit-learn's
+        ``GaussianProcessRegressor``; the best run wins.
+    sigma_bounds : (float, float), default=(1e-3, 1e3)
+        Bounds of the learned bandwidths, relative to the median-heuristic bandwidth of the
+        training inputs.
+    alpha_bounds : (float, float), default=(1e-6, 1e3)
+        Bounds of the learned penalty (the noise variance relative to the signal variance).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the random restarts (None: a fixed seed).
 
     Attributes
     ----------
@@ -85,6 +105,11 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     sigma_, alpha_, hyperparameters_ : float or ndarray, float, HyperparameterResult
         Learned bandwidth(s), penalty and optimisation record (only with
         ``learn_hyperparameters``).
+    signal_variance_ : float or ndarray of shape (n_targets,)
+        Gaussian-process signal variance s^2: the prior is s^2 k (1 without
+        ``learn_hyperparameters``).
+    noise_variance_ : float or ndarray of shape (n_targets,)
+        Noise variance s^2 ``alpha_`` (``alpha`` without ``learn_hyperparameters``).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -120,12 +145,16 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         "alpha": [Interval(Real, 0, None, closed="left"), "array-like"],
         "solver": [StrOptions({"auto", "cholesky", "eigen"})],
         "learn_hyperparameters": [StrOptions(set(EXACT_CRITERIA)), None],
+        **OPTIMIZER_CONSTRAINTS,
+        "random_state": ["random_state"],
         **PRECOMPUTED_KERNEL_CONSTRAINTS,
     }
     _accepts_precomputed = True
 
     def __init__(self, alpha=1.0, *, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
-                 fit_intercept=True, solver="auto", options=None, learn_hyperparameters=None):
+                 fit_intercept=True, solver="auto", options=None, learn_hyperparameters=None,
+                 n_restarts_optimizer=0, sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3),
+                 random_state=None):
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -136,6 +165,10 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.solver = solver
         self.options = options
         self.learn_hyperparameters = learn_hyperparameters
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.sigma_bounds = sigma_bounds
+        self.alpha_bounds = alpha_bounds
+        self.random_state = random_state
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -155,6 +188,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         if precomputed and self.learn_hyperparameters is not None:
             raise ValueError("learn_hyperparameters needs the kernel function; it is not "
                              "available with kernel='precomputed'.")
+        check_optimizer(self)
         X, y, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
         if precomputed:
             check_precomputed(self, X, fit=True)
@@ -166,9 +200,14 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             raise ValueError(f"alpha has {alpha.size} values but y has {n_targets} targets.")
         self.kernel_ = self._build_kernel(X, sw)
         yc, self.intercept_ = self._center_targets(y, sw)
-        if self.learn_hyperparameters is not None:  # sets sigma_, alpha_, hyperparameters_
+        for name in ("sigma_", "alpha_", "hyperparameters_"):  # a previous fit's
+            self.__dict__.pop(name, None)
+        if self.learn_hyperparameters is not None:
+            # sets sigma_, alpha_, signal_variance_, noise_variance_, hyperparameters_
             self.kernel_, alpha = learn_for_estimator(self, X, yc, sw, alpha, self.kernel_)
             alpha = np.asarray(alpha)
+        else:
+            set_unit_signal_variance(self, alpha)
         self.X_fit_ = X
         self._fit_sample_weight = sw  # for the predictive variance
         op = self._operator(X)
@@ -190,12 +229,16 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                                            overwrite_k=True)
         return self
 
-    def predict(self, X, return_std=False, return_cov=False):
+    def predict(self, X, return_std=False, return_cov=False, observation_noise=None):
         """Predict f(x) = k(x, X_fit) dual_coef + intercept, optionally with uncertainty.
 
-        The standard deviation / covariance are those of the Gaussian-process posterior of the
-        latent function with noise variance ``alpha`` (see :mod:`kernelflow.solvers.variance`;
-        scikit-learn's ``GaussianProcessRegressor`` convention).
+        The standard deviation / covariance are those of the Gaussian-process posterior with
+        prior ``signal_variance_`` k and noise variance ``noise_variance_`` (see
+        :mod:`kernelflow.solvers.variance`; scikit-learn's ``GaussianProcessRegressor``
+        convention): without ``learn_hyperparameters`` the latent function's, with noise
+        variance ``alpha`` (``GaussianProcessRegressor(alpha=alpha)``); with learned
+        hyperparameters that of a new observation, the learned noise included (as with a
+        learned ``WhiteKernel``), so that mean +- 1.96 std is a 95 % interval for new targets.
 
         Parameters
         ----------
@@ -204,6 +247,9 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             Also return the posterior standard deviation, shape like ``y_pred``.
         return_cov : bool, default=False
             Also return the posterior covariance, shape (n_samples, n_samples[, n_targets]).
+        observation_noise : bool or None, default=None
+            Add ``noise_variance_`` to the variance (of new observations) or not (the latent
+            function); None: True when the hyperparameters were learned, else False.
 
         Returns
         -------
@@ -213,13 +259,16 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         if (return_std or return_cov) and self._precomputed():
             raise ValueError("return_std and return_cov need the kernel function; they are not "
                              "available with kernel='precomputed'.")
-        return exact_predict(self, X, return_std, return_cov)
+        return exact_predict(self, X, return_std, return_cov, observation_noise)
 
     def log_marginal_likelihood(self):
         """Log marginal likelihood of the (centred) training targets under the GP reading.
 
-        Noise variance ``alpha`` (divided by the sample weights), summed over targets; equal to
-        scikit-learn's ``GaussianProcessRegressor.log_marginal_likelihood_value_``.
+        Prior covariance ``signal_variance_`` (K + ``alpha_`` W^{-1}) (noise variance ``alpha``
+        divided by the sample weights without ``learn_hyperparameters``), summed over targets;
+        equal to scikit-learn's ``GaussianProcessRegressor.log_marginal_likelihood_value_``.
+        With ``learn_hyperparameters="marginal_likelihood"`` it is the maximised evidence,
+        -n times the criterion (``hyperparameters_.value``).
 
         Returns
         -------

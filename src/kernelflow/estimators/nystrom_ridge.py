@@ -28,7 +28,12 @@ from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
 from ..utils.holdout import holdout_indices, holdout_stream_mask
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin, fit_random_state
-from ._hyperparameters import learn_for_nystrom
+from ._hyperparameters import (
+    OPTIMIZER_CONSTRAINTS,
+    check_optimizer,
+    learn_for_nystrom,
+    set_unit_signal_variance,
+)
 from ._uncertainty import nystrom_log_marginal_likelihood
 from ._uncertainty import nystrom_predict as _predict_with_uncertainty
 
@@ -348,7 +353,8 @@ class NystromKernelRidge(_NystromBase):
     learn_hyperparameters : {"validation", "nystrom_marginal_likelihood"} or None, default=None
         Learn the bandwidth(s) and ``alpha`` with the centres fixed, by L-BFGS on a held-out
         validation error or on the Nyström (Titsias) marginal likelihood (at most 20000 rows;
-        :func:`kernelflow.hyperparameters.learn_hyperparameters`); sets ``sigma_``, ``alpha_``
+        :func:`kernelflow.hyperparameters.learn_hyperparameters`); sets ``sigma_``, ``alpha_``,
+        ``signal_variance_``, ``noise_variance_``
         and ``hyperparameters_``. Needs in-memory arrays.
     solver : {"auto", "cg", "direct"}, default="auto"
         "direct" accumulates K_nM^T D K_nM in one pass and solves the M x M system densely in
@@ -360,6 +366,14 @@ class NystromKernelRidge(_NystromBase):
         One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
         (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
         the DTC approximation, "fitc" for FITC (exact prior variance at the training points).
+    n_restarts_optimizer : int, default=0
+        Further L-BFGS runs of ``learn_hyperparameters`` from random starts (log-uniform
+        within the bounds, seeded by ``random_state``), as in scikit-learn's
+        ``GaussianProcessRegressor``.
+    sigma_bounds : (float, float), default=(1e-3, 1e3)
+        Bounds of the learned bandwidths, relative to the median-heuristic bandwidth.
+    alpha_bounds : (float, float), default=(1e-6, 1e3)
+        Bounds of the learned penalty (noise variance relative to the signal variance).
 
     Attributes
     ----------
@@ -384,6 +398,10 @@ class NystromKernelRidge(_NystromBase):
         Sorted positions of the held-out rows (only with ``early_stopping``; for a sharded
         source, this process's held-out rows).
     compute_dtype_ : str
+    signal_variance_, noise_variance_ : float or ndarray of shape (n_targets,)
+        Gaussian-process signal variance s^2 (prior s^2 k; learned with
+        ``learn_hyperparameters``, else 1) and noise variance s^2 ``alpha_`` (else ``alpha``),
+        used by ``predict(return_std=True)`` and ``log_marginal_likelihood()``.
     posterior_ : NystromPosterior or None
         DTC or FITC posterior factors (``compute_variance``), see
         :mod:`kernelflow.solvers.variance`.
@@ -420,6 +438,7 @@ class NystromKernelRidge(_NystromBase):
         "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
         "solver": [StrOptions({"auto", "cg", "direct"})],
         "compute_variance": ["boolean", StrOptions({"dtc", "fitc"})],
+        **OPTIMIZER_CONSTRAINTS,
     }
 
     def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
@@ -427,7 +446,8 @@ class NystromKernelRidge(_NystromBase):
                  tol=None, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
                  options=None, distributed="auto", learn_hyperparameters=None,
-                 solver="auto", compute_variance=False):
+                 solver="auto", compute_variance=False, n_restarts_optimizer=0,
+                 sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3)):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -452,6 +472,9 @@ class NystromKernelRidge(_NystromBase):
         self.learn_hyperparameters = learn_hyperparameters
         self.solver = solver
         self.compute_variance = compute_variance
+        self.n_restarts_optimizer = n_restarts_optimizer
+        self.sigma_bounds = sigma_bounds
+        self.alpha_bounds = alpha_bounds
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -484,8 +507,14 @@ class NystromKernelRidge(_NystromBase):
         if prev is not None and prev[2].reshape(prev[2].shape[0], -1).shape[1] == t:
             coef0 = prev[2].reshape(-1, t).to(torch.float64)
         alpha = float(self.alpha)
-        if self.learn_hyperparameters is not None:  # sets sigma_, alpha_, hyperparameters_
+        check_optimizer(self)
+        for name in ("sigma_", "alpha_", "hyperparameters_"):  # a previous fit's
+            self.__dict__.pop(name, None)
+        if self.learn_hyperparameters is not None:
+            # sets sigma_, alpha_, signal_variance_, noise_variance_, hyperparameters_
             kernel, alpha = learn_for_nystrom(self, source, intercept, kernel, C)
+        else:
+            set_unit_signal_variance(self, alpha)
         train, val = _split(self, source, rng)
         sol = nystrom_krr(
             train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
@@ -522,25 +551,31 @@ class NystromKernelRidge(_NystromBase):
         ) if self.compute_variance else None
         return self
 
-    def predict(self, X, return_std=False, return_cov=False):
+    def predict(self, X, return_std=False, return_cov=False, observation_noise=None):
         """Predict f(x) = K(x, centers_) dual_coef_ + intercept_, optionally with uncertainty.
 
         The standard deviation / covariance are the DTC or FITC (Nyström) approximation of the
-        GP posterior with noise variance ``alpha`` (needs ``compute_variance``; see
-        :mod:`kernelflow.solvers.variance`).
+        GP posterior with prior ``signal_variance_`` k and noise variance ``noise_variance_``
+        (needs ``compute_variance``; see :mod:`kernelflow.solvers.variance`), with the rule of
+        :meth:`KernelRidge.predict`: the latent function's without ``learn_hyperparameters``,
+        a new observation's (noise included) with learned hyperparameters.
 
         Parameters
         ----------
         X : array-like or tensor of shape (n_samples, n_features)
         return_std : bool, default=False
         return_cov : bool, default=False
+        observation_noise : bool or None, default=None
+            Add ``noise_variance_`` (new observations) or not (the latent function); None:
+            True when the hyperparameters were learned, else False.
 
         Returns
         -------
         y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
         y_std or y_cov : ndarray or tensor, only when requested
         """
-        return _predict_with_uncertainty(self, X, return_std, return_cov, super().predict)
+        return _predict_with_uncertainty(self, X, return_std, return_cov, super().predict,
+                                         observation_noise)
 
     def log_marginal_likelihood(self):
         """DTC or FITC log marginal likelihood of the centred targets (needs ``compute_variance``).

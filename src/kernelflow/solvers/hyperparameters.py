@@ -345,9 +345,12 @@ class HyperparameterResult:
     criterion : str
     value : float
         Criterion at the returned parameters.
-    signal_variance : float
-        Profiled GP signal variance s^2 (marginal-likelihood criteria; NaN otherwise): the GP
-        prior is s^2 k and the noise variance alpha s^2.
+    signal_variance : float or ndarray of shape (t,)
+        GP signal variance s^2 per target (a float for one target): the GP prior is s^2 k and
+        the noise variance alpha s^2. It is the maximum-likelihood value at the learned kernel
+        and penalty, s_t^2 = y_t^T (K + alpha I)^{-1} y_t / n (the Nyström criteria:
+        y_t^T (Q + alpha I)^{-1} y_t / n, DTC), for every criterion; for the marginal
+        likelihoods it is the profiled, i.e. learned, signal variance.
     n_iter : int
         L-BFGS iterations of the best start.
     values : list of float
@@ -377,8 +380,8 @@ def _plain(t: torch.Tensor, vector: bool):
 def learn_hyperparameters(
     X, y, kernel: Kernel, *, criterion="marginal_likelihood", alpha=1e-2, learn_alpha=True,
     centers=None, validation_fraction=0.2, sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3),
-    scale_bounds=(1e-4, 1e4), n_starts=5, n_restarts=1, max_iter=100, tol=None,
-    random_state=0, search_dtype="auto",
+    scale_bounds=(1e-4, 1e4), n_starts=5, n_restarts=1, n_random_starts=0, max_iter=100,
+    tol=None, random_state=0, search_dtype="auto",
 ) -> HyperparameterResult:
     """Learn the kernel's bandwidths (scalar or per feature), scales and the penalty by L-BFGS.
 
@@ -388,7 +391,9 @@ def learn_hyperparameters(
     criterion each: the kernel as given (e.g. the median heuristic) with the penalty times 1,
     1e-2 and 1e2, then every bandwidth times 1/3, 3, 1/10, 10, ... (``n_starts`` factors in
     all, the given bandwidths included) with the best of those penalties; the best
-    ``n_restarts`` starts are optimised. The best optimised point wins.
+    ``n_restarts`` starts are optimised, then ``n_random_starts`` more, each parameter drawn
+    log-uniformly within its bounds (scikit-learn's ``n_restarts_optimizer``). The best
+    optimised point wins.
     ARD: give the kernel a vector ``sigma`` (one entry per feature; equal entries are fine).
 
     Parameters
@@ -417,6 +422,9 @@ def learn_hyperparameters(
         penalties when ``learn_alpha``: ``n_starts + 2`` evaluations).
     n_restarts : int, default=1
         Screened starts that are optimised.
+    n_random_starts : int, default=0
+        Further L-BFGS runs from random starts (log-uniform within the bounds, drawn with
+        ``random_state``).
     max_iter : int, default=100
         L-BFGS iterations per start.
     tol : float, default=None
@@ -426,7 +434,7 @@ def learn_hyperparameters(
         stopping there halves the criterion evaluations) and 1e-6 for the squared-error
         criteria (whose scale is that of y^2).
     random_state : int, default=0
-        Seeds the validation split.
+        Seeds the validation split and the random starts.
     search_dtype : {"auto", "float32", "float64"}, default="auto"
         Precision of the screening and of the first L-BFGS run. With ``"float32"`` the starts
         are screened and L-BFGS runs to ``tol`` on float32 kernel matrices (about half the
@@ -467,6 +475,15 @@ def learn_hyperparameters(
         raise ValueError("X and y must be finite.")
     if not (math.isfinite(alpha) and alpha > 0):
         raise ValueError(f"alpha must be a positive finite number, got {alpha!r}.")
+    sigma_bounds = check_bounds("sigma_bounds", sigma_bounds)
+    alpha_bounds = check_bounds("alpha_bounds", alpha_bounds)
+    scale_bounds = check_bounds("scale_bounds", scale_bounds)
+    for name, v in (("n_starts", n_starts), ("n_restarts", n_restarts),
+                    ("n_random_starts", n_random_starts), ("max_iter", max_iter)):
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < (
+                0 if name == "n_random_starts" else 1):
+            raise ValueError(f"{name} must be an integer >= "
+                             f"{0 if name == 'n_random_starts' else 1}, got {v!r}.")
     kernel.validate()
     params = _learnable(kernel, X.shape[1])
     if not params and not learn_alpha:
@@ -539,10 +556,16 @@ def learn_hyperparameters(
     for fs in _SIGMA_FACTORS[1:max(1, int(n_starts))]:
         screen(fs, fa_best)
     starts.sort(key=lambda t: (t[0], t[1]))
+    runs = starts[:max(1, int(n_restarts))]
+    if n_random_starts:  # scikit-learn's restarts: log-uniform within the bounds
+        rng = np.random.RandomState(random_state if isinstance(random_state, int) else 0)
+        for _ in range(int(n_random_starts)):
+            u = torch.logit(torch.as_tensor(rng.uniform(0.02, 0.98, size=lo.numel())))
+            runs.append((safe_value(u, objective), len(starts) + len(runs), u))
 
     best = None
     finals = []
-    for f0, _, u0 in starts[:max(1, int(n_restarts))]:
+    for f0, _, u0 in runs:
         if not math.isfinite(f0):
             continue
         u, f, n_iter = _lbfgs(u0, value_at, search, objective, max_iter, tol,
@@ -562,12 +585,40 @@ def learn_hyperparameters(
     with torch.no_grad():
         vals, a = unpack(u)
     learned = _with(kernel, names, [_plain(v, p[2]) for v, p in zip(vals, params, strict=True)])
-    s2 = float("nan")
-    if criterion == "marginal_likelihood":
-        with torch.no_grad():  # s^2 = y^T A^{-1} y / n: one factorisation, no inverse
-            L = _cholesky(_shifted(learned(X), float(a)))
-            s2 = float((Y * torch.cholesky_solve(Y, L)).sum() / Y.numel())
+    s2 = _signal_variance(learned, float(a), X, Y, centers if criterion in NYSTROM_CRITERIA
+                          else None)
     return HyperparameterResult(learned, float(a), criterion, f, s2, n_iter, finals)
+
+
+def check_bounds(name: str, bounds) -> tuple[float, float]:
+    """(low, high) as floats, 0 < low < high < inf, else a ValueError naming ``name``."""
+    try:
+        lo_, hi_ = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a pair (low, high) of positive numbers, got "
+                         f"{bounds!r}.") from None
+    if not (0 < lo_ < hi_ < math.inf):
+        raise ValueError(f"{name} must satisfy 0 < low < high < inf, got {bounds!r}.")
+    return lo_, hi_
+
+
+def _signal_variance(kernel, alpha, X, Y, centers):
+    """Maximum-likelihood signal variance per target, y_t^T (K + alpha I)^{-1} y_t / n (with
+    ``centers``: Q = K_nm K_mm^{-1} K_mn for K, by Woodbury); a float for one target."""
+    n = Y.shape[0]
+    with torch.no_grad():
+        if centers is None:  # one factorisation, no inverse
+            L = _cholesky(_shifted(kernel(X), alpha))
+            q = (Y * torch.cholesky_solve(Y, L)).sum(0)
+        else:
+            Lm = _cholesky(kernel(centers))
+            V = torch.linalg.solve_triangular(Lm, kernel(X, centers).T, upper=False)
+            B = V @ V.T
+            B.diagonal().add_(alpha)
+            VY = torch.linalg.solve_triangular(_cholesky(B), V @ Y, upper=False)
+            q = ((Y * Y).sum(0) - (VY * VY).sum(0)) / alpha
+    s2 = (q / n).cpu().numpy().astype(np.float64)
+    return float(s2[0]) if s2.size == 1 else s2
 
 
 def _search_dtype(search_dtype, criterion, kernel, fixed_alpha):

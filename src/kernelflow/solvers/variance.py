@@ -328,6 +328,8 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
         Kb = KernelOperator(kernel, blk.X, C, options=options).to_dense().to(_F64).cpu()
         A = _tri_solve(L, Kb.T)  # whitened block L^{-1} K_Mb, (M, b)
         del Kb
+        if blk.y is None:
+            raise ValueError("the predictive variance needs the training targets (y).")
         y = blk.y.to(_F64).reshape(blk.X.shape[0], -1).cpu()
         if y_offset is not None:
             y = y - y_offset.to(_F64).reshape(1, -1)
