@@ -42,8 +42,32 @@ class _Parser(argparse.ArgumentParser):
 # ---------------------------------------------------------------------------------------------
 # data
 # ---------------------------------------------------------------------------------------------
-def read_table(source: str) -> tuple[pd.DataFrame, str | None]:
-    """Read a CSV/TSV/Parquet file, or a bundled data set written ``dataset:NAME``."""
+_CSV_SUFFIXES = (".csv", ".txt", ".tsv", ".gz", "")
+_PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def separator(value: str | None, suffix: str = "") -> str:
+    """The CSV field separator: ``value`` (``tab`` or ``\\t`` mean a tab), else by suffix.
+
+    Examples
+    --------
+    >>> separator(None, ".tsv") == "\\t", separator("tab") == "\\t", separator(";")
+    (True, True, ';')
+    """
+    if value is None:
+        return "\t" if suffix == ".tsv" else ","
+    if value.lower() in ("tab", "\\t", "\t"):
+        return "\t"
+    if value == "":
+        raise CLIError("--sep must not be empty")
+    return value
+
+
+def read_table(source: str, sep: str | None = None) -> tuple[pd.DataFrame, str | None]:
+    """Read a CSV/TSV/Parquet file, or a bundled data set written ``dataset:NAME``.
+
+    ``sep`` is the field separator of CSV files (default ``,``; a tab for ``.tsv``).
+    """
     import pandas as pd
 
     if source.startswith("dataset:"):
@@ -63,10 +87,10 @@ def read_table(source: str) -> tuple[pd.DataFrame, str | None]:
         raise CLIError(f"{source} is a directory, expected a CSV or Parquet file")
     suffix = path.suffix.lower()
     try:
-        if suffix in (".parquet", ".pq"):
+        if suffix in _PARQUET_SUFFIXES:
             df = pd.read_parquet(path)
-        elif suffix in (".csv", ".txt", ".tsv", ".gz", ""):
-            df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+        elif suffix in _CSV_SUFFIXES:
+            df = pd.read_csv(path, sep=separator(sep, suffix))
         else:
             raise CLIError(f"unsupported file type {suffix!r} for {source}; use .csv or .parquet")
     except CLIError:
@@ -116,18 +140,26 @@ def index_columns(df: pd.DataFrame, exclude: Collection[Hashable] = ()) -> list[
 
 
 def split_xy(df: pd.DataFrame, target: str | None, *, features: Sequence[str] | None = None,
-             drop: Sequence[str] = (), source: str = "data",
-             keep_index_columns: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
+             drop: Sequence[str] = (), source: str = "data", keep_index_columns: bool = False,
+             labels: bool = False) -> tuple[pd.DataFrame, np.ndarray]:
     """Select numeric features and the target column with clear errors.
 
     Index-like columns (:func:`index_columns`) are left out with a note on standard error
-    unless ``keep_index_columns`` or they are named in ``features``.
+    unless ``keep_index_columns`` or they are named in ``features``. With ``labels`` (a
+    classifier) the target is returned as given (integers, strings, ...); otherwise it must be
+    numeric and is returned as float64.
     """
     if target is None:
         raise CLIError("--target is required for this data")
     if target not in df.columns:
         cols = ", ".join(map(str, list(df.columns)[:12]))
-        raise CLIError(f"target column {target!r} not found in {source} (columns: {cols})")
+        hint = ""
+        if df.shape[1] == 1:
+            found = [s for s in (";", "\t", "|", ",") if s in str(df.columns[0])]
+            if found:
+                hint = (f"; the file was read as one column: is it separated by "
+                        f"{found[0]!r}? use --sep {'tab' if found[0] == chr(9) else found[0]!r}")
+        raise CLIError(f"target column {target!r} not found in {source} (columns: {cols}){hint}")
     unknown_drop = [c for c in drop if c not in df.columns]
     if unknown_drop:
         raise CLIError(f"--drop: no column(s) {', '.join(unknown_drop)} in {source}")
@@ -147,14 +179,51 @@ def split_xy(df: pd.DataFrame, target: str | None, *, features: Sequence[str] | 
                       "--keep-index-columns keeps them")
     check_numeric(X, source)
     y = df[target]
-    if not _is_numeric(y):
-        raise CLIError(f"target column {target!r} is not numeric")
     if y.isna().any():
-        raise CLIError(f"target column {target!r} has {int(y.isna().sum())} missing values")
-    _check_overflow(y.to_frame(), source)
+        raise CLIError(f"target column {target!r} has {int(y.isna().sum())} missing values "
+                       f"(first at {_row(int(y.isna().to_numpy().argmax()))})")
     if X.shape[1] == 0:
         raise CLIError(f"{source} has no feature columns besides the target")
+    if labels:  # class labels as given: the classifier's predictions use the same values
+        return X.astype("float64"), y.to_numpy()
+    if not _is_numeric(y):
+        bad = _bad_cells(y)
+        if bad is not None and bad[2] < len(y):
+            raise CLIError(_bad_cell_message(target, source, *bad))
+        raise CLIError(f"target column {target!r} of {source} is not numeric ({_row(0)}: "
+                       f"{_shown(y.iloc[0])}); a regression needs numbers (for class labels "
+                       "choose a classifier, see 'kernelflow list')")
+    _check_overflow(y.to_frame(), source)
     return X.astype("float64"), y.astype("float64").to_numpy()
+
+
+def _row(position: int) -> str:
+    """A row of the data as users count it: from 1, the header not counted."""
+    return f"data row {position + 1}"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _bad_cells(column: pd.Series) -> tuple[int, Any, int] | None:
+    """(position, value, count) of the cells of ``column`` that are not numbers, or None."""
+    import pandas as pd
+
+    numbers = pd.to_numeric(column, errors="coerce")
+    bad = (numbers.isna() & column.notna()).to_numpy()
+    if not bad.any():
+        return None
+    first = int(bad.argmax())
+    return first, column.iloc[first], int(bad.sum())
+
+
+def _bad_cell_message(col: Hashable, source: str, position: int, value: Any,
+                      count: int) -> str:
+    more = f" ({count} such cells)" if count > 1 else ""
+    return (f"column {str(col)!r} of {source}, {_row(position)}: {_shown(value)} is not a "
+            f"number{more}; fix the cell or leave the column out with --drop")
 
 
 def _note(message: str) -> None:
@@ -198,19 +267,31 @@ def _is_numeric(series: pd.Series) -> bool:
 
 
 def check_numeric(X: pd.DataFrame, source: str = "data") -> None:
-    bad = [str(c) for c in X.columns if not _is_numeric(X[c])]
-    if bad:
-        shown = ", ".join(bad[:8]) + (" ..." if len(bad) > 8 else "")
+    """Refuse non-numeric, overflowing or missing cells, naming the column, row and value."""
+    text_cols = []
+    for col in X.columns:
+        if _is_numeric(X[col]):
+            continue
+        bad = _bad_cells(X[col])
+        if bad is not None and bad[2] < X[col].notna().sum():  # numbers and a few bad cells
+            raise CLIError(_bad_cell_message(col, source, *bad))
+        text_cols.append((col, bad))
+    if text_cols:
+        shown = ", ".join(
+            str(c) + ("" if bad is None else f" ({_row(bad[0])}: {_shown(bad[1])})")
+            for c, bad in text_cols[:8]) + (" ..." if len(text_cols) > 8 else "")
         raise CLIError(
             f"non-numeric column(s) in {source}: {shown}; encode them as numbers or leave them "
             "out with --drop"
         )
     _check_overflow(X, source)
-    nan_cols = [str(c) for c in X.columns if X[c].isna().any()]
+    nan_cols = [c for c in X.columns if X[c].isna().any()]
     if nan_cols:
+        first = _row(int(X[nan_cols[0]].isna().to_numpy().argmax()))
         raise CLIError(
-            f"missing values in column(s) {', '.join(nan_cols[:8])} of {source}; "
-            "kernelflow does not impute: fill or drop them first"
+            f"missing values in column(s) {', '.join(map(str, nan_cols[:8]))} of {source} "
+            f"(first at {first} of column {str(nan_cols[0])!r}); kernelflow does not impute: "
+            "fill or drop them first"
         )
 
 
@@ -254,8 +335,14 @@ def parse_params(items: Iterable[str] | None,
     return out
 
 
-def build_model(name: str, params: dict[str, Any], *, scale: bool,
-                verbose: int = 0) -> BaseEstimator:
+def build_model(name: str, params: dict[str, Any], *, scale: bool, verbose: int = 0,
+                center_target: bool = False) -> BaseEstimator:
+    """The registered estimator ``name`` with ``params``, after a ``StandardScaler`` (``scale``).
+
+    ``verbose`` goes to estimators that have the parameter. With ``center_target`` a regressor
+    is fitted to targets centred at their training mean (and its predictions shifted back), the
+    preprocessing that an intercept performs, so that models with and without one compare fairly.
+    """
     from kernelflow.registry import get_estimator_class, make_estimator
 
     try:
@@ -275,7 +362,22 @@ def build_model(name: str, params: dict[str, Any], *, scale: bool,
         from sklearn.preprocessing import StandardScaler
 
         model = make_pipeline(StandardScaler(), model)
+    if center_target and not _is_classifier(model):
+        from sklearn.compose import TransformedTargetRegressor
+        from sklearn.preprocessing import StandardScaler
+
+        model = TransformedTargetRegressor(regressor=model, check_inverse=False,
+                                           transformer=StandardScaler(with_std=False))
     return model
+
+
+def _final(model: BaseEstimator) -> BaseEstimator:
+    """The estimator inside a target transformer and a pipeline."""
+    for attr in ("regressor_", "regressor"):
+        if getattr(model, attr, None) is not None:
+            model = getattr(model, attr)
+            break
+    return model[-1] if hasattr(model, "steps") else model
 
 
 def _is_classifier(model: BaseEstimator) -> bool:
@@ -308,6 +410,97 @@ def _one_line(exc: BaseException | str) -> str:
     return msg if len(msg) < 600 else msg[:597] + "..."
 
 
+#: figure formats matplotlib writes (``savefig`` picks the format from the suffix)
+_PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".eps", ".ps", ".tif",
+                  ".tiff", ".webp", ".pgf")
+
+
+def check_output(path: str, what: str, *, suffixes: Sequence[str] | None = None,
+                 create_dirs: bool = False) -> Path:
+    """Refuse an output path that cannot be written, before any work is done.
+
+    The path must not be a directory; its directory must exist (or, with ``create_dirs``, its
+    nearest existing ancestor must be a writable directory) and be writable; with
+    ``suffixes`` the file name must end in one of them.
+
+    Examples
+    --------
+    >>> check_output("model.npz", "model file").name
+    'model.npz'
+    >>> check_output("no/such/dir/model.npz", "model file")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    kernelflow.cli.CLIError: cannot write the model file ...: directory no/such/dir does not exist
+    """
+    import os
+
+    p = Path(path)
+    if p.is_dir():
+        raise CLIError(f"cannot write the {what} {path}: it is a directory; give a file name")
+    if suffixes is not None and p.suffix.lower() not in suffixes:
+        raise CLIError(f"cannot write the {what} {path}: unsupported file type "
+                       f"{p.suffix.lower() or '(none)'!r}; use one of {', '.join(suffixes)}")
+    parent = p.parent
+    if not parent.exists():
+        if not create_dirs:
+            raise CLIError(f"cannot write the {what} {path}: directory {parent} does not exist")
+        while not parent.exists():
+            parent = parent.parent
+    if not parent.is_dir():
+        raise CLIError(f"cannot write the {what} {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CLIError(f"cannot write the {what} {path}: directory {parent} is not writable")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise CLIError(f"cannot write the {what} {path}: the file is not writable")
+    return p
+
+
+def _check_plot(path: str | None) -> None:
+    """A --plot path: writable, a figure format, and matplotlib installed."""
+    if path is None:
+        return
+    import importlib.util
+
+    check_output(path, "plot", suffixes=_PLOT_SUFFIXES, create_dirs=True)
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CLIError("--plot needs matplotlib: pip install matplotlib (or pip install -e "
+                       "'.[plot]' from a checkout)")
+
+
+def _check_table_output(path: str) -> str:
+    """Check a predictions file; return its format (``"csv"`` or ``"parquet"``)."""
+    import importlib.util
+
+    suffix = Path(path).suffix.lower()
+    check_output(path, "predictions file", suffixes=_CSV_SUFFIXES[:-1] + _PARQUET_SUFFIXES)
+    if suffix in _PARQUET_SUFFIXES:
+        if not any(importlib.util.find_spec(m) for m in ("pyarrow", "fastparquet")):
+            raise CLIError(f"writing {path} needs a Parquet engine: pip install pyarrow (or "
+                           "write .csv)")
+        return "parquet"
+    return "csv"
+
+
+class _Stages:
+    """One line per stage and per fold on standard error (``-q`` silences them)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.start = time.perf_counter()
+
+    def say(self, message: str) -> None:
+        if not self.quiet:
+            elapsed = format_seconds(time.perf_counter() - self.start)
+            print(f"{PROG}: [{elapsed}] {message}", file=sys.stderr, flush=True)
+
+
+def _stages(args: argparse.Namespace) -> _Stages:
+    stages = getattr(args, "_stages", None)
+    if stages is None:
+        stages = args._stages = _Stages(bool(getattr(args, "quiet", False)))
+    return stages
+
+
 # ---------------------------------------------------------------------------------------------
 # commands
 # ---------------------------------------------------------------------------------------------
@@ -329,22 +522,25 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_fit(args: argparse.Namespace) -> int:
     from kernelflow.io import save_model
 
-    X, y = _read_xy(args)
+    stages = _stages(args)
+    check_output(args.output, "model file")  # before the data is read and the model fitted
+    _check_plot(args.plot)
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
-    label = "accuracy" if _is_classifier(model) else "R^2"
+    classifier = _is_classifier(model)
+    X, y = _read_xy(args, labels=classifier)
+    label = "accuracy" if classifier else "R^2"
     cv_text, cv_score = "", None
     if args.cv and len(X) < 2 * args.cv:
         _note(f"no cross-validated score: {len(X)} rows are too few for --cv {args.cv}")
     elif args.cv:
-        import numpy as np
-        from sklearn.base import clone
-
-        scoring = "accuracy" if _is_classifier(model) else "r2"
-        res = _cross_validate(clone(model), X, y, args.cv, [scoring], args.seed)
-        v = np.asarray(res[f"test_{scoring}"])
+        scoring = "accuracy" if classifier else "r2"
+        stages.say(f"{args.cv}-fold cross-validation of {args.model} on {len(X)} rows")
+        res = _cross_validate(model, X, y, args.cv, [scoring], args.seed, stages=stages)
+        v = res[f"test_{scoring}"]
         cv_score = float(v.mean())
-        cv_text = f"; {args.cv}-fold cross-validated {label} = {v.mean():.4f} +- {v.std():.4f}"
+        cv_text = f"; {args.cv}-fold cross-validated {label} = {v.mean():.4f} +- {_sd(v):.4f}"
+    stages.say(f"fitting {args.model} on all {len(X)} rows")
     start = time.perf_counter()
     model.fit(X, y)
     elapsed = time.perf_counter() - start
@@ -370,12 +566,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_xy(args: argparse.Namespace) -> tuple[pd.DataFrame, np.ndarray]:
-    df, default_target = read_table(args.data)
+def _read_xy(args: argparse.Namespace, *, labels: bool = False) -> tuple[pd.DataFrame,
+                                                                         np.ndarray]:
+    df, default_target = read_table(args.data, args.sep)
     args.target = args.target or default_target
     X, y = split_xy(df, args.target, features=_split_list(args.features),
                     drop=_split_list(args.drop), source=args.data,
-                    keep_index_columns=args.keep_index_columns)
+                    keep_index_columns=args.keep_index_columns, labels=labels)
     return _subsample(X, y, args.max_rows, args.seed)
 
 
@@ -419,11 +616,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     from kernelflow.io import load_model, read_metadata
 
+    fmt = _check_table_output(args.output) if args.output else "csv"
     if not Path(args.model).exists():
         raise CLIError(f"file not found: {args.model}")
     model = load_model(args.model)
     extra = read_metadata(args.model).get("extra", {})
-    df, _ = read_table(args.data)
+    df, _ = read_table(args.data, args.sep)
     features = extra.get("features")
     if features:
         missing = [c for c in features if c not in df.columns]
@@ -434,56 +632,108 @@ def cmd_predict(args: argparse.Namespace) -> int:
     else:
         X = df
     check_numeric(X, args.data)
-    pred = np.asarray(model.predict(X.astype("float64")))
+    _stages(args).say(f"predicting {len(X)} rows")
+    pred = np.asarray(model.predict(X.astype("float64")))  # class labels keep their type
     cols = ["prediction"] if pred.ndim == 1 else [f"prediction_{i}" for i in range(pred.shape[1])]
     out = pd.DataFrame(pred.reshape(len(X), -1), columns=cols)
-    if args.output:
-        out.to_csv(args.output, index=False)
-        print(f"wrote {len(out)} predictions to {args.output}")
+    if args.output and fmt == "parquet":
+        out.to_parquet(args.output, index=False)
     else:
-        out.to_csv(sys.stdout, index=False)
+        suffix = Path(args.output).suffix.lower() if args.output else ""
+        out.to_csv(args.output or sys.stdout, index=False, sep=separator(args.sep, suffix))
+    if args.output:
+        print(f"wrote {len(out)} predictions to {args.output}")
     target = extra.get("target")
-    if args.output and target in df.columns and _is_numeric(df[target]):
-        if not df[target].isna().any():  # the file has the answers: report the score too
-            label = "accuracy" if _is_classifier(model) else "R^2"
-            score = model.score(X.astype("float64"), df[target].astype("float64"))
+    if args.output and target in df.columns and not df[target].isna().any():
+        classifier = _is_classifier(model)
+        if classifier or _is_numeric(df[target]):  # the file has the answers: report the score
+            label = "accuracy" if classifier else "R^2"
+            truth = df[target] if classifier else df[target].astype("float64")
+            score = model.score(X.astype("float64"), truth)
             print(f"{label} on {args.data}: {score:.4f}")
     return 0
 
 
 def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: int,
-                    scoring: list[str], seed: int,
-                    return_estimator: bool = False) -> dict[str, Any]:
-    from sklearn.model_selection import KFold, StratifiedKFold, cross_validate
+                    scoring: list[str], seed: int, *, repeats: int = 1,
+                    stages: _Stages | None = None, label: str = "") -> dict[str, Any]:
+    """K-fold cross-validation (``repeats`` times with fresh folds), one line per fold.
+
+    Returns scikit-learn's ``cross_validate`` keys (``fit_time``, ``test_<scorer>``,
+    ``estimator``) and ``converged``: per fit, False when it issued a ``ConvergenceWarning``.
+    """
+    import numpy as np
+    from sklearn.base import clone
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics import get_scorer
+    from sklearn.model_selection import RepeatedKFold, RepeatedStratifiedKFold
 
     if cv < 2:
         raise CLIError(f"--cv must be at least 2, got {cv}")
     if cv > len(X):
         raise CLIError(f"--cv {cv} is larger than the number of rows ({len(X)})")
-    splitter = (StratifiedKFold if _is_classifier(model) else KFold)(
-        n_splits=cv, shuffle=True, random_state=seed)
-    return cross_validate(model, X, y, cv=splitter, scoring=scoring, error_score="raise",
-                          return_estimator=return_estimator)
+    if repeats < 1:
+        raise CLIError(f"--repeats must be at least 1, got {repeats}")
+    try:
+        scorers = {s: get_scorer(s) for s in scoring}
+    except ValueError:
+        raise CLIError(f"unknown scorer in --scoring {','.join(scoring)}; see scikit-learn's "
+                       "get_scorer_names()") from None
+    splitter = (RepeatedStratifiedKFold if _is_classifier(model) else RepeatedKFold)(
+        n_splits=cv, n_repeats=repeats, random_state=seed)
+    splits = list(splitter.split(X, y))
+    out: dict[str, Any] = {"fit_time": [], "estimator": [], "converged": [],
+                           **{f"test_{s}": [] for s in scoring}}
+    for k, (train, test) in enumerate(splits):
+        est = clone(model)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ConvergenceWarning)
+            start = time.perf_counter()
+            est.fit(X.iloc[train], y[train])
+            fit_time = time.perf_counter() - start
+        unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+        for w in caught:  # other warnings are shown as usual
+            if w not in unconverged:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        scores = {s: float(f(est, X.iloc[test], y[test])) for s, f in scorers.items()}
+        for s, v in scores.items():
+            out[f"test_{s}"].append(v)
+        out["fit_time"].append(fit_time)
+        out["estimator"].append(est)
+        out["converged"].append(not unconverged)
+        if stages is not None:
+            first = scoring[0]
+            stages.say(f"{label}fold {k + 1}/{len(splits)}: {_score_label(first)} "
+                       f"{_score_sign(first) * scores[first]:.4f}, fit "
+                       f"{format_seconds(fit_time)}"
+                       + ("; did not converge" if unconverged else ""))
+    return {k: (v if k in ("estimator", "converged") else np.asarray(v)) for k, v in out.items()}
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
-    X, y = _read_xy(args)
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
+    X, y = _read_xy(args, labels=_is_classifier(model))
     scoring = _split_list(args.scoring) or _default_scoring(model)
-    res = _cross_validate(model, X, y, args.cv, scoring, args.seed)
+    stages = _stages(args)
+    stages.say(f"{args.cv}-fold cross-validation of {args.model} on {len(X)} rows")
+    res = _cross_validate(model, X, y, args.cv, scoring, args.seed, stages=stages)
     rows = []
     for name in scoring:
         v = _score_sign(name) * np.asarray(res[f"test_{name}"])
-        rows.append([_score_label(name), f"{v.mean():.4f}", f"{v.std():.4f}",
+        rows.append([_score_label(name), f"{v.mean():.4f}", f"{_sd(v):.4f}",
                      " ".join(f"{s:.3f}" for s in v)])
     rows.append(["fit time", format_seconds(np.mean(res["fit_time"])),
-                 format_seconds(np.std(res["fit_time"])), ""])
+                 format_seconds(_sd(res["fit_time"])), ""])
     print(f"{args.model}: {args.cv}-fold cross-validation on {len(X)} rows x {X.shape[1]} "
           f"features")
-    print(format_table(["metric", "mean", "std", "folds"], rows))
+    print(format_table(["metric", "mean", "sd", "folds"], rows))
+    unconverged = res["converged"].count(False)
+    if unconverged:
+        print(f"{args.model} did not converge (ConvergenceWarning) in {unconverged} of "
+              f"{len(res['converged'])} fits")
     return 0
 
 
@@ -516,8 +766,9 @@ def _shared_setting(X: pd.DataFrame, y: np.ndarray,
         idx = np.random.RandomState(args.seed).permutation(len(Xs))[:m]
         with _w.catch_warnings():
             _w.simplefilter("ignore")
+            target = y if y.dtype.kind in "fiub" else np.unique(y, return_inverse=True)[1]
             alpha = float(KernelRidgeCV(kernel=kernel, sigmas=[sigma]).fit(
-                Xs[idx], y[idx]).alpha_)
+                Xs[idx], target[idx].astype(np.float64)).alpha_)
         notes.append(f"alpha = {alpha:.3g} is the leave-one-out choice of exact KRR with this "
                      f"kernel on {'all' if m == len(Xs) else m} rows, chosen once before the "
                      "folds")
@@ -535,7 +786,11 @@ def _configure(name: str, cls: type, kernel: str, sigma: float,
                            "--kernel rbf or leave it out")
         return {"kernel": "rbf", "gamma": 1.0 / (2.0 * sigma**2), "alpha": alpha}
     if module.startswith("sklearn."):  # linear models: the same penalty on the weights
-        return {"alpha": alpha} if "alpha" in valid and "huber" not in name else {}
+        linear: dict[str, Any] = {"alpha": alpha} if "alpha" in valid and "huber" not in name \
+            else {}
+        if "max_iter" in valid:  # iterate to convergence (L-BFGS stops when it gets there)
+            linear["max_iter"] = 10_000
+        return linear
     params: dict[str, Any] = {}
     if "kernel" in valid:
         params["kernel"] = kernel
@@ -546,6 +801,11 @@ def _configure(name: str, cls: type, kernel: str, sigma: float,
     if "alpha" in valid and "alphas" not in valid:
         params["alpha"] = alpha
     return params
+
+
+def _sd(values: np.ndarray) -> float:
+    """The sample standard deviation (n - 1 in the denominator) of scores over folds."""
+    return float(values.std(ddof=1)) if len(values) > 1 else 0.0
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -559,7 +819,7 @@ def _describe(name: str, estimators: Sequence[BaseEstimator]) -> tuple[str, str,
     """(kernel, bandwidth, penalty) strings of the models fitted on the folds."""
     import math
 
-    finals = [e[-1] if hasattr(e, "steps") else e for e in estimators]
+    finals = [_final(e) for e in estimators]
     f = finals[0]
     p = f.get_params(deep=False)
     module = type(f).__module__
@@ -613,10 +873,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise CLIError(exc.args[0]) from None
         except ImportError as exc:
             raise CLIError(str(exc)) from None
-    X, y = _read_xy(args)
+    _check_plot(args.plot)
+    if args.repeats < 1:
+        raise CLIError(f"--repeats must be at least 1, got {args.repeats}")
     scoped = parse_params(args.param, models=set(names))
+    for name in names:  # unknown or invalid parameters, before any fitting
+        build_model(name, dict(scoped.get(name, {})), scale=False)
+    classifier = _is_classifier(classes[names[0]]())
+    stages = _stages(args)
+    X, y = _read_xy(args, labels=classifier)
     scoring = _split_list(args.scoring) or _default_scoring(classes[names[0]]())
+    stages.say("choosing the shared bandwidth and penalty")
     kernel, sigma, alpha, notes = _shared_setting(X, y, args)
+    n_fits = args.cv * args.repeats
     rows, scores, spreads, times = [], [], [], []
     for name in names:
         cls = classes[name]
@@ -626,43 +895,53 @@ def cmd_compare(args: argparse.Namespace) -> int:
             params["random_state"] = args.seed
         params.update({k: v for k, v in scoped.get(None, {}).items() if k in valid})
         params.update(scoped.get(name, {}))
-        model = build_model(name, params, scale=not args.no_scale, verbose=args.verbose)
+        model = build_model(name, params, scale=not args.no_scale, verbose=args.verbose,
+                            center_target=True)
         try:
-            res = _cross_validate(model, X, y, args.cv, scoring, args.seed, return_estimator=True)
+            res = _cross_validate(model, X, y, args.cv, scoring, args.seed,
+                                  repeats=args.repeats, stages=stages, label=f"{name} ")
         except CLIError:
             raise
         except Exception as exc:  # noqa: BLE001 - one failing model must not hide the others
             rows.append([name, "-", "-", "failed: " + _one_line(exc)[:60]]
-                        + [""] * len(scoring) + [""])
+                        + [""] * len(scoring) + ["", ""])
             scores.append(float("nan"))
             spreads.append(0.0)
             times.append(float("nan"))
             continue
         vals = [_score_sign(s) * np.asarray(res[f"test_{s}"]) for s in scoring]
         fit_t = float(np.mean(res["fit_time"]))
+        failed = res["converged"].count(False)
         rows.append([name, *_describe(name, res["estimator"])]
-                    + [f"{v.mean():.4f} +- {v.std():.4f}" for v in vals]
-                    + [format_seconds(fit_t)])
+                    + [f"{v.mean():.4f} +- {_sd(v):.4f}" for v in vals]
+                    + [format_seconds(fit_t), f"no ({failed}/{n_fits} fits)" if failed else "yes"])
         scores.append(float(vals[0].mean()))
-        spreads.append(float(vals[0].std()))
+        spreads.append(_sd(vals[0]))
         times.append(fit_t)
-    print(f"{args.cv}-fold cross-validation on {len(X)} rows x {X.shape[1]} features "
-          f"(target {args.target}); every model gets the same kernel ({kernel}), bandwidth "
-          f"(sigma {sigma:.3g}) and penalty (alpha {alpha:.3g}) where it has one, unless set "
-          "with -p; models that tune a parameter tune it inside each fold")
+    folds = (f"{args.cv}-fold cross-validation" if args.repeats == 1 else
+             f"{args.cv}-fold cross-validation repeated with {args.repeats} seeds")
+    print(f"{folds} on {len(X)} rows x {X.shape[1]} features (target {args.target}): mean +- "
+          f"sd (sample) over {n_fits} held-out folds. Every model gets the same preprocessing "
+          "(features "
+          f"{'standardised and ' if not args.no_scale else ''}"
+          f"{'target centred at its training mean, ' if not classifier else ''}in each fold), "
+          f"the same kernel ({kernel}), bandwidth (sigma {sigma:.3g}) and penalty (alpha "
+          f"{alpha:.3g}) where it has one, unless set with -p; models that tune a parameter "
+          "tune it inside each fold; 'converged' is 'no' where a fit warned that it stopped "
+          "before converging")
     for note in notes:
         print(f"  {note}")
     print(format_table(["model", "kernel", "sigma", "penalty"]
-                       + [_score_label(s) for s in scoring] + ["fit time"], rows))
+                       + [_score_label(s) for s in scoring] + ["fit time", "converged"], rows))
     if args.plot:
         from kernelflow.plotting import plot_comparison, save_figure
 
         fig = plot_comparison(names, scores, times, errors=spreads,
-                              score_label=f"{_score_label(scoring[0])} (mean ± std over "
-                                          f"{args.cv} folds)",
-                              title=f"{args.cv}-fold cross-validation, target {args.target}\n"
+                              score_label=f"{_score_label(scoring[0])} (mean ± sd over "
+                                          f"{n_fits} held-out folds)",
+                              title=f"{folds}, target {args.target}\n"
                                     f"shared: {kernel} kernel, sigma {sigma:.3g}, "
-                                    f"alpha {alpha:.3g}")
+                                    f"alpha {alpha:.3g}, centred target")
         print(f"wrote plot {save_figure(fig, args.plot)}")
     return 0
 
@@ -752,16 +1031,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise CLIError(f"--outliers must be in [0, 0.5), got {args.outliers}")
     if args.n_train is not None and args.n_train < 20:
         raise CLIError(f"--n-train must be at least 20, got {args.n_train}")
+    if args.splits < 1:
+        raise CLIError(f"--splits must be at least 1, got {args.splits}")
     plot = None if args.no_plot else args.plot
     if plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
+        import importlib.util
+
+        check_output(plot, "plot", suffixes=_PLOT_SUFFIXES, create_dirs=True)
+        if importlib.util.find_spec("matplotlib") is None:
             logger.warning("no plot: matplotlib is not installed (pip install matplotlib, or "
                            "pip install -e '.[plot]' from a checkout)")
             plot = None
     run_demo(dataset=args.dataset, outlier_fraction=args.outliers, seed=args.seed,
-             n_train=args.n_train, plot=plot, verbose=args.verbose)
+             n_train=args.n_train, plot=plot, verbose=args.verbose, n_splits=args.splits,
+             on_split=_stages(args).say)
     return 0
 
 
@@ -791,10 +1074,29 @@ def _add_data_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
     p.add_argument("--keep-index-columns", action="store_true",
                    help="keep columns that look like row names or row numbers (default: leave "
                         "them out with a note)")
+    _add_sep_arg(p)
     if model:
         p.add_argument("--model", "-m", required=True, help="model name (see 'kernelflow list')")
         p.add_argument("--param", "-p", action="append", metavar="KEY=VALUE",
                        help="estimator parameter, repeatable (e.g. -p alpha=0.1 -p kernel=rbf)")
+
+
+def _add_sep_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sep", help="field separator of CSV files, e.g. ';' or tab (default ',', "
+                                 "a tab for .tsv)")
+
+
+def _add_global_args(p: argparse.ArgumentParser, *, sub: bool) -> None:
+    """-v, -q and --debug: accepted before and after the command (the counts add up)."""
+    default = argparse.SUPPRESS if sub else None
+    p.add_argument("-v", "--verbose", action="count", dest="verbose_after" if sub else "verbose",
+                   default=argparse.SUPPRESS if sub else 0,
+                   help="more output: the estimators' own progress (bars on a terminal or in a "
+                        "notebook) and log messages")
+    p.add_argument("-q", "--quiet", action="store_true", default=default or False,
+                   help="no progress lines on standard error")
+    p.add_argument("--debug", action="store_true", default=default or False,
+                   help="show tracebacks on errors")
 
 
 class _VersionAction(argparse.Action):
@@ -814,12 +1116,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Fast, robust and scalable kernel regression.")
     parser.add_argument("--version", action=_VersionAction, nargs=0,
                         help=f"show the versions ({PROG} {__version__}, torch, ...) and exit")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="more output (progress bars on a terminal)")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    _add_global_args(parser, sub=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    common = _Parser(add_help=False)
+    _add_global_args(common, sub=True)
 
-    p = sub.add_parser("fit", help="fit a model and write a model file")
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    p = add("fit", help="fit a model and write a model file")
     _add_data_args(p)
     p.add_argument("--output", "-o", default="model.npz", help="model file (default model.npz)")
     p.add_argument("--cv", type=int, default=5,
@@ -828,25 +1133,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a plot (fitted function, path or predictions)")
     p.set_defaults(func=cmd_fit)
 
-    p = sub.add_parser("predict", help="predict with a saved model")
+    p = add("predict", help="predict with a saved model")
     p.add_argument("model", help="model file written by 'kernelflow fit'")
     p.add_argument("data", help="CSV or Parquet file with the training feature columns")
-    p.add_argument("--output", "-o", help="CSV file for the predictions (default: stdout)")
+    p.add_argument("--output", "-o", help="predictions file: .csv (or .tsv, .txt) or .parquet "
+                                          "(default: CSV on standard output)")
+    _add_sep_arg(p)
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("evaluate", help="cross-validated scores of one model")
+    p = add("evaluate", help="cross-validated scores of one model")
     _add_data_args(p)
     p.add_argument("--cv", type=int, default=5, help="number of folds (default 5)")
     p.add_argument("--scoring", help="comma-separated scikit-learn scorer names")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("compare", help="compare several models on one data set")
+    p = add("compare", help="compare several models on one data set")
     _add_data_args(p, model=False)
     p.add_argument("--models", "-m", action="append", required=True,
                    help="comma-separated model names (repeatable)")
     p.add_argument("--param", "-p", action="append", metavar="[MODEL:]KEY=VALUE",
                    help="parameter for all models that accept it, or for MODEL only")
     p.add_argument("--cv", type=int, default=3, help="number of folds (default 3)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="repeat the cross-validation with this many seeds (fresh folds each "
+                        "time; the spread is over all held-out folds; default 1)")
     p.add_argument("--scoring", help="comma-separated scikit-learn scorer names")
     p.add_argument("--kernel", default="rbf", help="kernel of every model (default rbf)")
     p.add_argument("--sigma", type=float,
@@ -857,21 +1167,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", help="write a bar chart of the first score with error bars")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("demo", help="robust kernel regression on real data with outliers")
+    p = add("demo", help="robust kernel regression on real data with outliers")
     p.add_argument("--dataset", default="concrete", help="real data set (default concrete)")
     p.add_argument("--outliers", type=float, default=0.2,
                    help="fraction of training targets replaced by outliers (default 0.2)")
     p.add_argument("--n-train", type=int, default=None, help="number of training rows")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the first split (default 0)")
+    p.add_argument("--splits", type=int, default=5,
+                   help="random train/test splits (seeds SEED, SEED+1, ...); the table shows "
+                        "mean +- sd over them (default 5)")
     p.add_argument("--plot", default="kernelflow-demo.png",
                    help="plot file (default kernelflow-demo.png)")
     p.add_argument("--no-plot", action="store_true", help="do not write a plot")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("list", help="list the registered models")
+    p = add("list", help="list the registered models")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("info", help="versions, device and compiled loops; or a model file's "
+    p = add("info", help="versions, device and compiled loops; or a model file's "
                                     "metadata")
     p.add_argument("model", nargs="?", help="model file (default: describe the installation)")
     p.set_defaults(func=cmd_info)
@@ -902,6 +1215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        args.verbose += getattr(args, "verbose_after", 0)
+        args._stages = _Stages(args.quiet)  # progress lines count from here
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format=f"{PROG}: %(message)s")
         if args.command is None:

@@ -28,6 +28,7 @@ from .utils._text import format_seconds
 __all__ = [
     "plot_regularization_path",
     "plot_estimator_path",
+    "criterion_label",
     "plot_fit_1d",
     "plot_predictions",
     "plot_online_losses",
@@ -221,14 +222,61 @@ def plot_regularization_path(
     return fig
 
 
-def _grid_curves(x, E, sigmas, *, xlabel, best, ax):
+#: names of the validation criteria (``validation_loss`` and ``loss`` parameters)
+_CRITERIA = {"squared": "MSE", "squared_error": "MSE", "absolute": "mean absolute error",
+             "huber": "Huber loss", "hinge": "hinge loss", "log": "log-loss",
+             "epsilon_insensitive": "epsilon-insensitive loss", "quantile": "pinball loss",
+             "tukey": "Tukey loss", "logistic": "log-loss"}
+
+
+def criterion_label(estimator, *, cross_validated: bool = False,
+                    unit: str | None = None) -> str:
+    """The axis label of the criterion an estimator recorded along its path.
+
+    Read from its ``validation_loss`` parameter (early-stopped paths, path CV), its ``loss``
+    (robust Nyström) or its ``criterion`` (``KernelRidgeCV``: leave-one-out or GCV); squared
+    criteria carry the square of ``unit``, others ``unit`` itself.
+
+    Examples
+    --------
+    >>> class Huber:
+    ...     validation_loss = "huber"
+    >>> criterion_label(Huber())
+    'validation Huber loss'
+    >>> class Ridge:
+    ...     criterion = "loo"
+    ...     cv = None
+    >>> criterion_label(Ridge(), unit="MPa")
+    'leave-one-out MSE (MPa²)'
+    """
+    e = estimator
+    name = getattr(e, "validation_loss", None)
+    if not isinstance(name, str):
+        name = getattr(e, "loss", None)
+    if isinstance(name, str) and name in _CRITERIA:
+        what = _CRITERIA[name]
+        squared = name == "squared"
+    elif getattr(e, "criterion", None) in ("loo", "gcv") and getattr(e, "cv", None) is None:
+        what = "leave-one-out MSE" if e.criterion == "loo" else "GCV score (MSE scale)"
+        squared = True
+        cross_validated = False
+    else:  # every other recorded criterion is the mean squared error
+        what, squared = "MSE", True
+    if not what.startswith(("leave", "GCV")):
+        what = ("cross-validated " if cross_validated else "validation ") + what
+    if unit:
+        what += f" ({unit}²)" if squared else f" ({unit})"
+    return what
+
+
+def _grid_curves(x, E, sigmas, *, xlabel, best, ax, ylabel="cross-validated MSE"):
     E = _np(E).reshape(-1, len(_np(x)))
     labels = None
     if sigmas is not None and len(_np(sigmas)) == E.shape[0] and E.shape[0] > 1:
         labels = [f"sigma = {s:.3g}" for s in _np(sigmas)]
-    return plot_regularization_path(x, E.T, labels=labels, xlabel=xlabel,
-                                    ylabel="cross-validated MSE", best=best, ax=ax,
-                                    title="cross-validated error against the penalty")
+    what = ylabel.split(" (")[0]
+    return plot_regularization_path(x, E.T, labels=labels, xlabel=xlabel, ylabel=ylabel,
+                                    best=best, ax=ax, title=f"{what} against the penalty")
 
 
 def plot_estimator_path(estimator, *, unit: str | None = None, ax=None):
@@ -239,13 +287,16 @@ def plot_estimator_path(estimator, *, unit: str | None = None, ax=None):
 
     Recognised fitted attributes, tried in order:
 
-    * ``validation_losses_`` with ``learning_rate_`` (early-stopped paths): validation MSE
-      against the training time t = k eta, the chosen ``t_`` marked;
+    * ``validation_losses_`` with ``learning_rate_`` (early-stopped paths): the validation
+      criterion against the training time t = k eta, the chosen ``t_`` marked;
     * ``cv_results_`` with ``"alphas"``/``"mean_error"`` or ``cv_mse_`` with ``alphas_``
       (penalty grids): cross-validated error against the penalty, one line per bandwidth;
     * ``cv_mse_`` with ``sigmas_`` (path CV): cross-validated error against the bandwidth;
     * ``validation_scores_`` (iterative solvers): validation error per iteration;
     * ``loss_curve_``: training loss per epoch.
+
+    The error axis names the criterion the estimator used (:func:`criterion_label`: MSE,
+    Huber loss, mean absolute error, leave-one-out MSE, ...).
 
     Raises ``ValueError`` when the estimator recorded none of them.
 
@@ -272,30 +323,32 @@ def plot_estimator_path(estimator, *, unit: str | None = None, ax=None):
         if sigma is not None and np.ndim(sigma) == 0:
             what += f", sigma = {float(sigma):.3g}"
         fig = plot_regularization_path(t[keep], v[keep], xlabel="stopping time t",
-                                       ylabel="validation MSE" + (f" ({unit}²)" if unit else ""),
+                                       ylabel=criterion_label(e, unit=unit),
                                        best=getattr(e, "t_", None),
                                        log_x=bool(keep.sum() > 1), title=what, ax=ax)
         if v.ndim == 1:
             fig.axes[-1].lines[0].set_color(method_color(type(e).__name__))
         return fig
+    cv_label = criterion_label(e, cross_validated=True, unit=unit)
     res = getattr(e, "cv_results_", None)
     if isinstance(res, dict) and "alphas" in res and "mean_error" in res:
         return _grid_curves(res["alphas"], res["mean_error"], res.get("sigmas"),
-                            xlabel="penalty lambda", best=getattr(e, "alpha_", None), ax=ax)
+                            xlabel="penalty lambda", best=getattr(e, "alpha_", None), ax=ax,
+                            ylabel=cv_label)
     cv = getattr(e, "cv_mse_", None)
     if cv is not None and getattr(e, "alphas_", None) is not None:
         return _grid_curves(e.alphas_, cv, getattr(e, "sigmas_", None), xlabel="penalty lambda",
-                            best=getattr(e, "alpha_", None), ax=ax)
+                            best=getattr(e, "alpha_", None), ax=ax, ylabel=cv_label)
     if cv is not None and getattr(e, "sigmas_", None) is not None:
         return plot_regularization_path(e.sigmas_, cv, xlabel="bandwidth sigma",
-                                        ylabel="cross-validated MSE",
-                                        best=getattr(e, "sigma_", None), ax=ax)
+                                        ylabel=cv_label, best=getattr(e, "sigma_", None), ax=ax)
     scores = getattr(e, "validation_scores_", None)
     if scores is not None and len(scores):
         it = np.arange(1, len(scores) + 1)
         best = getattr(e, "best_iteration_", None)
         return plot_regularization_path(it, scores, xlabel="iteration",
-                                        ylabel="validation MSE", best=best, log_x=False, ax=ax)
+                                        ylabel=criterion_label(e, unit=unit), best=best,
+                                        log_x=False, ax=ax)
     curve = getattr(e, "loss_curve_", None)
     if curve is not None and len(curve):
         return plot_regularization_path(np.arange(1, len(curve) + 1), curve, xlabel="epoch",
@@ -551,15 +604,19 @@ def nystrom_approximation_error(X, kernel, centers, *, norm: str = "trace",
 
 
 def nystrom_error_curve(X, kernel, n_centers: Sequence[int], *, selectors=("uniform",),
-                        norm: str = "trace", random_state=0) -> dict[str, np.ndarray]:
+                        norm: str = "trace", random_state=0,
+                        n_trials: int = 1) -> dict[str, np.ndarray]:
     """Nyström error against the number of centres for several centre selectors.
 
     Each selector is a name or object accepted by ``kernelflow.landmarks.resolve_centers``
-    (or a callable ``f(X, m, random_state) -> centres``).
+    (or a callable ``f(X, m, random_state) -> centres``). With ``n_trials > 1`` every
+    selection is repeated with seeds ``random_state, random_state + 1, ...`` so that
+    :func:`plot_nystrom_error` can show the spread of randomised selectors.
 
     Returns
     -------
-    errors : dict of name -> ndarray of shape (len(n_centers),)
+    errors : dict of name -> ndarray of shape (len(n_centers),), or of shape
+        (n_trials, len(n_centers)) when ``n_trials > 1``
 
     Examples
     --------
@@ -569,11 +626,15 @@ def nystrom_error_curve(X, kernel, n_centers: Sequence[int], *, selectors=("unif
     ...                             selectors={"first rows": lambda X, m, rs: X[:m]})
     >>> bool(curve["first rows"][1] < curve["first rows"][0])
     True
+    >>> nystrom_error_curve(X, "rbf", [5, 20], n_trials=3)["uniform"].shape
+    (3, 2)
     """
     import torch
 
     from kernelflow.kernels import make_kernel
 
+    if int(n_trials) < 1:
+        raise ValueError(f"n_trials must be at least 1, got {n_trials}.")
     Xt = torch.as_tensor(np.asarray(X) if not hasattr(X, "detach") else X, dtype=torch.float64)
     k = make_kernel(kernel, X=Xt)
     if not isinstance(selectors, Mapping):
@@ -581,38 +642,71 @@ def nystrom_error_curve(X, kernel, n_centers: Sequence[int], *, selectors=("unif
                      for s in selectors}
     out = {}
     for name, sel in selectors.items():
-        errs = []
-        for m in n_centers:
-            if callable(sel) and not hasattr(sel, "select"):
-                C = sel(Xt, int(m), random_state)
-            else:
-                from kernelflow.landmarks import resolve_centers
+        trials = []
+        for trial in range(int(n_trials)):
+            seed = random_state + trial if isinstance(random_state, (int, np.integer)) else \
+                random_state
+            errs = []
+            for m in n_centers:
+                if callable(sel) and not hasattr(sel, "select"):
+                    C = sel(Xt, int(m), seed)
+                else:
+                    from kernelflow.landmarks import resolve_centers
 
-                C = resolve_centers(sel, Xt, k, int(m), random_state)
-                C = getattr(C, "centers", C)
-            errs.append(nystrom_approximation_error(Xt, k, C, norm=norm))
-        out[str(name)] = np.asarray(errs)
+                    C = resolve_centers(sel, Xt, k, int(m), seed)
+                    C = getattr(C, "centers", C)
+                errs.append(nystrom_approximation_error(Xt, k, C, norm=norm))
+            trials.append(errs)
+        out[str(name)] = np.asarray(trials[0] if n_trials == 1 else trials)
     return out
+
+
+def _qualitative_colors(n: int) -> list:
+    """``n`` distinct colours of matplotlib's qualitative ``tab10`` (``tab20`` beyond ten)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
 
 
 def plot_nystrom_error(n_centers, errors: Mapping, *, ylabel: str = "relative trace error",
                        log_y: bool = True, title: str | None = None, ax=None):
     """Plot Nyström approximation error against the number of centres m.
 
+    One colour per selector from a qualitative colour map (``tab10``) and one marker each.
+    An entry of shape (n_trials, m) is drawn as its mean with a band of one standard deviation
+    over the trials (the legend says so); an entry of shape (m,) as one line.
+
     Examples
     --------
     >>> fig = plot_nystrom_error([10, 20, 40], {"uniform": [0.3, 0.1, 0.02]})
     >>> fig.axes[0].get_yscale()
     'log'
+    >>> fig = plot_nystrom_error([10, 20], {"uniform": [[0.3, 0.1], [0.4, 0.2]]})
+    >>> len(fig.axes[0].collections)  # the band
+    1
     """
     m = _np(n_centers).ravel()
     fig, ax = _figure(ax)
-    for name, e in errors.items():
-        ev = _np(e).ravel()
-        if ev.size != m.size:
-            raise ValueError(f"errors[{name!r}] has {ev.size} values for {m.size} centre counts.")
-        ax.plot(m, np.maximum(ev, np.finfo(float).tiny) if log_y else ev, marker="o", lw=1.6,
-                label=str(name), color=method_color(str(name)))
+    colors = _qualitative_colors(len(errors))
+    markers = "osD^v<>pXh*"
+    tiny = np.finfo(float).tiny
+    for i, (name, e) in enumerate(errors.items()):
+        ev = _np(e)
+        ev = ev[None, :] if ev.ndim == 1 else ev
+        if ev.ndim != 2 or ev.shape[1] != m.size:
+            raise ValueError(f"errors[{name!r}] has shape {np.shape(e)} for {m.size} centre "
+                             "counts (expected (m,) or (n_trials, m)).")
+        mean = ev.mean(axis=0)
+        label = str(name)
+        if ev.shape[0] > 1:
+            sd = ev.std(axis=0, ddof=1)
+            lo, hi = mean - sd, mean + sd
+            ax.fill_between(m, np.maximum(lo, tiny) if log_y else lo, hi, color=colors[i],
+                            alpha=0.2, lw=0)
+            label += f" (mean ± sd, {ev.shape[0]} trials)"
+        ax.plot(m, np.maximum(mean, tiny) if log_y else mean, marker=markers[i % len(markers)],
+                lw=1.6, label=label, color=colors[i])
     if log_y:
         ax.set_yscale("log")
     ax.set_xlabel("number of centres m")
