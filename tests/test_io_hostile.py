@@ -501,11 +501,20 @@ def test_corrupted_array_checksum_is_refused(saved):
         load_model(saved)
 
 
-def test_legacy_file_without_metadata_checksum_still_loads(saved, model_bytes):
-    # files written before the metadata checksum existed keep loading (their arrays are still
-    # checked against their own SHA-256 digests)
+def test_file_without_metadata_checksum_is_refused_unless_allowed(saved, model_bytes):
+    # deleting the checksum must not turn a hand-edited file into one that loads silently; a
+    # caller who trusts an old unsigned file opts in (its arrays are still checked against
+    # their own SHA-256 digests, and every rule on content still applies)
     _edit(saved, lambda meta, arrays: meta.pop(CHECKSUM_KEY), forge=False)
-    np.testing.assert_array_equal(load_model(saved).predict(model_bytes[2]), model_bytes[1])
+    with pytest.raises(ModelFileError, match="no metadata_sha256.*allow_unsigned=True"):
+        load_model(saved)
+    loaded = load_model(saved, allow_unsigned=True)
+    np.testing.assert_array_equal(loaded.predict(model_bytes[2]), model_bytes[1])
+    _edit(saved, lambda meta, arrays: _set_param(meta, "sigma", 5.0), forge=False)
+    assert not np.array_equal(load_model(saved, allow_unsigned=True).predict(model_bytes[2]),
+                              model_bytes[1])  # unsigned: the edit is what opting in accepts
+    with pytest.raises(ModelFileError, match="no metadata_sha256"):
+        load_model(saved)
 
 
 @pytest.mark.parametrize("fraction", [0.0, 0.1, 0.5, 0.9, 0.99])

@@ -58,15 +58,18 @@ import json
 import math
 import os
 import re
+import secrets
 import socket
 import struct
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from . import _trust
+from ._trust import ModelFileError
 
 __all__ = [
     "FORMAT",
@@ -100,10 +103,6 @@ _TORCH_DTYPES = {
     "bool": torch.bool,
 }
 _NUMPY_KINDS = set("biufc")  # bool, int, uint, float, complex: the only dtypes stored
-
-
-class ModelFileError(ValueError):
-    """A model file is missing, corrupt, tampered with, or of an unsupported version."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,9 +365,7 @@ def save_model(estimator, path, *, extra: dict | None = None) -> Path:
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     _remove_stale_temporaries(directory)
-    fd, tmp = tempfile.mkstemp(
-        prefix=f".{path.name}{_TMP_MARK}{_host()}-{os.getpid()}-", suffix="", dir=directory
-    )
+    fd, tmp = _temporary(directory, path.name)
     try:
         with os.fdopen(fd, "wb") as fh:
             np.savez(fh, **{META_KEY: blob}, **writer.arrays)  # type: ignore[arg-type]
@@ -388,6 +385,28 @@ def save_model(estimator, path, *, extra: dict | None = None) -> Path:
 
 _TMP_MARK = ".kf-tmp-"
 _TMP_RE = re.compile(r"^\..+\.kf-tmp-([A-Za-z0-9]*)-(\d+)-[A-Za-z0-9_]+$")
+
+
+_NAME_MAX = 255  # bytes of one file name on common file systems
+
+
+def _temporary(directory: Path, name: str) -> tuple[int, str]:
+    """Create ``.<name>.kf-tmp-<host>-<pid>-<random>`` in ``directory``, its ``<name>`` part
+    shortened so that the whole stays a legal file name, with mode ``0o666`` less the umask
+    (the mode of any file the process creates; ``mkstemp`` would give ``0o600``)."""
+    tail = f"{_TMP_MARK}{_host()}-{os.getpid()}-"
+    room = _NAME_MAX - len(tail.encode()) - 1 - 16
+    stem = os.fsencode(name)[:room].decode(errors="ignore") or "model"
+    for _ in range(100):
+        tmp = str(directory / f".{stem}{tail}{secrets.token_hex(8)}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_BINARY, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file in {directory}")
+
+
+_O_BINARY = getattr(os, "O_BINARY", 0)
 
 
 def _host() -> str:
@@ -473,12 +492,7 @@ def _refuse_constant(name):
 
 def _memory_cap() -> int:
     """Bytes a model file may hold: the engine's memory budget (see ``kernelflow.operators``)."""
-    from kernelflow.operators import memory_budget
-
-    try:
-        return int(memory_budget())
-    except Exception:  # noqa: BLE001 - an unreadable budget must not block loading small files
-        return 4 * 2**30
+    return _trust._memory_cap()
 
 
 def _int(value, what: str, lo: int = 0, hi: int | None = None) -> int:
@@ -694,10 +708,18 @@ def read_metadata(path) -> dict:
 _CLASS_NODES = {"estimator", "object", "dataclass", "state_object"}
 
 
+_MAX_CLASS_NODES = 10_000  # estimators, kernels, options... in one file
+_MAX_NODES = 2**21  # values of every kind in one file
+_MAX_STR_WIDTH = 256  # characters of a fixed-width string dtype beyond its longest value
+
+
 class _Reader:
     def __init__(self, arrays: dict[str, np.ndarray], device, trusted=()):
         self.arrays = arrays
         self.device = device
+        self.class_nodes = 0
+        self.nodes = 0
+        self.bytes_left = _memory_cap()
         self.trusted = {}
         for c in trusted:
             if not isinstance(c, type):
@@ -728,21 +750,44 @@ class _Reader:
             )
         return cls
 
-    def check_classes(self, node: Any, depth: int = 0) -> None:
-        """Resolve every class named in the tree before anything is built."""
+    def check_classes(self, node: Any, depth: int = 0) -> int:
+        """Resolve every class named in the tree before anything is built; count the class
+        nodes and the kernels of every composite kernel. Returns the number of kernels in
+        ``node`` that belong to no enclosing estimator or other object yet."""
+        from kernelflow.kernels import Kernel
+
         if depth > 200:
             raise ModelFileError("metadata is nested too deeply")
+        kernels = 0
         if isinstance(node, dict):
+            cls = None
             if node.get("type") in _CLASS_NODES and "class" in node:
+                self.class_nodes += 1
+                if self.class_nodes > _MAX_CLASS_NODES:
+                    raise ModelFileError(
+                        f"the file names more than {_MAX_CLASS_NODES} objects"
+                    )
                 if node["type"] == "estimator":
-                    self.estimator_class(node)
+                    cls = self.estimator_class(node)
                 else:
-                    self.cls(node["class"], node["type"])
+                    cls = self.cls(node["class"], node["type"])
             for value in node.values():
-                self.check_classes(value, depth + 1)
+                kernels += self.check_classes(value, depth + 1)
+            if cls is not None:
+                if issubclass(cls, Kernel):
+                    _trust.kernel_parts(kernels + 1, str(node["class"])[:80])
+                    return kernels + 1
+                return 0  # the kernels of an estimator or selector are separate trees
         elif isinstance(node, list):
             for value in node:
-                self.check_classes(value, depth + 1)
+                kernels += self.check_classes(value, depth + 1)
+        return kernels
+
+    def _spend(self, nbytes: int, what: str) -> None:
+        """Count what decoding allocates; refuse before the memory budget is exceeded."""
+        self.bytes_left -= int(nbytes)
+        if self.bytes_left < 0:
+            raise ModelFileError(f"{what} would take the model past the memory budget")
 
     def array(self, key) -> np.ndarray:
         if not isinstance(key, str) or key not in self.arrays:
@@ -757,6 +802,9 @@ class _Reader:
         return tuple(_int(s, "a dimension") for s in shape)
 
     def decode(self, node: Any) -> Any:  # noqa: C901 - one branch per node type
+        self.nodes += 1
+        if self.nodes > _MAX_NODES:
+            raise ModelFileError(f"the metadata holds more than {_MAX_NODES} values")
         if node is None or isinstance(node, (bool, int, float, str)):
             return node
         if not isinstance(node, dict) or "type" not in node:
@@ -775,6 +823,7 @@ class _Reader:
                 raise ModelFileError(f"unsupported tensor dtype {str(name)[:40]!r}")
             if not arr.dtype.isnative:
                 raise ModelFileError(f"tensor {node['key']} is not stored in native byte order")
+            self._spend(arr.nbytes, f"tensor {node['key']}")
             t = torch.from_numpy(arr.copy(order="K"))
             t = t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
             if t.dtype != dtype:
@@ -783,6 +832,7 @@ class _Reader:
                 )
             return t if self.device is None else t.to(self.device)
         if kind in ("ndarray", "numpy_scalar"):
+            self._spend(self.array(node["key"]).nbytes, f"array {node['key']}")
             arr = self.array(node["key"]).copy(order="K")
             if kind == "numpy_scalar":
                 if arr.ndim != 0:
@@ -803,9 +853,21 @@ class _Reader:
                 raise ModelFileError("string array: values must be strings")
             if math.prod(shape) != len(values):
                 raise ModelFileError("string array: shape does not match the number of values")
+            if str_dtype is not object:
+                # a fixed width is allocated for every value: 4 bytes a character for "U"
+                longest = max((len(v) for v in values), default=0)
+                if not longest <= str_dtype.itemsize // (4 if str_dtype.kind == "U" else 1) <= \
+                        max(longest, _MAX_STR_WIDTH):
+                    raise ModelFileError(
+                        f"string array: dtype {spec} does not fit values of at most {longest} "
+                        "characters"
+                    )
+            self._spend(len(values) * (8 if str_dtype is object else str_dtype.itemsize)
+                        + sum(len(v) for v in values), "a string array")
             return np.array(values, dtype=str_dtype).reshape(shape)
         if kind == "object_array":
             shape = self._shape(node)
+            self._spend(8 * len(self._list(node["items"])), "an object array")
             items = [self.decode(v) for v in self._list(node["items"])]
             if math.prod(shape) != len(items):
                 raise ModelFileError("object array: shape does not match the number of items")
@@ -838,7 +900,7 @@ class _Reader:
         if kind == "numpy_dtype":
             value = node["value"]
             if not isinstance(value, str) or (value not in _ARRAY_DTYPES
-                                              and not re.fullmatch(r"[<>|][US][0-9]{1,6}", value)):
+                                              and not re.fullmatch(r"[<>|][US][0-9]{1,3}", value)):
                 raise ModelFileError(f"unsupported NumPy dtype {str(value)[:40]!r}")
             return np.dtype(value)
         if kind == "random_state":
@@ -856,10 +918,18 @@ class _Reader:
             return self.estimator(node)
         if kind == "object":
             cls = self.cls(node["class"], "object")
-            return cls(**self._kwargs(node["params"]))
+            params = self._kwargs(node["params"])
+            _trust.check_attributes(cls, params, cls.__name__, state=False)
+            obj = cls(**params)
+            _trust.check_object(obj, cls.__name__)
+            return obj
         if kind == "dataclass":
             cls = self.cls(node["class"], "dataclass")
-            return cls(**self._kwargs(node["fields"]))
+            fields = self._kwargs(node["fields"])
+            _trust.check_attributes(cls, fields, cls.__name__, state=False)
+            obj = cls(**fields)
+            _trust.check_dataclass(obj, cls.__name__)
+            return obj
         if kind == "torch_generator":
             state = self.decode(node["state"])
             if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
@@ -869,8 +939,10 @@ class _Reader:
             return gen
         if kind == "state_object":
             state_cls: Any = self.cls(node["class"], "state_object")
+            attrs = self._kwargs(node["state"])
+            _trust.check_attributes(state_cls, attrs, state_cls.__name__, state=True)
             obj = state_cls.__new__(state_cls)
-            for k, v in self._kwargs(node["state"]).items():
+            for k, v in attrs.items():
                 object.__setattr__(obj, k, v)
             return obj
         raise ModelFileError(f"unknown metadata node type {str(kind)[:40]!r}")
@@ -920,16 +992,19 @@ class _Reader:
     def estimator(self, node: dict):
         cls = self.estimator_class(node)
         params = self._kwargs(node["params"])
+        _trust.check_attributes(cls, params, cls.__name__, state=False)
         try:
             est = cls(**params)
         except TypeError as exc:
             raise ModelFileError(f"parameters do not fit {cls.__name__}: {exc}") from None
         state = self._kwargs(node["state"])
+        _trust.check_attributes(cls, state, cls.__name__, state=True)
         if hasattr(est, "_set_state"):
             est._set_state(state)
         else:
             for k, v in state.items():
                 setattr(est, k, v)
+        _trust.check_estimator(est, cls.__name__)
         return est
 
 
@@ -972,7 +1047,7 @@ def _read_arrays(listed: dict, archive: _Archive) -> dict[str, np.ndarray]:
     return arrays
 
 
-def load_model(path, *, device=None, trusted=()):
+def load_model(path, *, device=None, trusted=(), allow_unsigned=False):
     """Load an estimator written by :func:`save_model`, executing nothing from the file.
 
     Every class the file names is looked up, by its exact ``"module:QualName"``, in the
@@ -990,7 +1065,12 @@ def load_model(path, *, device=None, trusted=()):
         Move every tensor to this device (default: keep them on the CPU).
     trusted : iterable of classes, default=()
         Classes outside the registry that the file may instantiate (your own estimators or
-        kernels); everything else outside it is refused.
+        kernels); everything else outside it is refused. The rules on what a file may set
+        (below) apply to them too.
+    allow_unsigned : bool, default=False
+        Also read a file whose metadata carries no ``metadata_sha256`` (written before it
+        existed, or with it deleted). Such a file is refused by default: without it, a hand
+        edit of the metadata goes unnoticed. Every other check still applies.
 
     Returns
     -------
@@ -1005,8 +1085,12 @@ def load_model(path, *, device=None, trusted=()):
         For every other problem: not a model file, truncated or corrupt, unknown format
         version, members that are compressed, unlisted, duplicated or larger than the file or
         the memory budget, arrays whose dtype, shape or checksum disagree with the metadata,
-        metadata edited after writing (its checksum), classes outside the registry, parameters
-        that do not fit the class.
+        metadata edited after writing (its checksum) or without a checksum, classes outside
+        the registry, parameters that do not fit the class, and anything the trust model
+        refuses: attributes that shadow a method or are not the class's own, ``memory`` caches,
+        worker processes or threads, paths, engine options, sizes or composite kernels beyond
+        the memory budget and bounds, inconsistent fitted state of scikit-learn's libsvm
+        models (see ``docs/model_format.md``).
 
     Examples
     --------
@@ -1020,6 +1104,11 @@ def load_model(path, *, device=None, trusted=()):
     reader = _Reader({}, device, trusted)
     meta, archive = _open(path)
     try:
+        if CHECKSUM_KEY not in meta and not allow_unsigned:
+            raise ModelFileError(
+                f"the metadata carries no {CHECKSUM_KEY}, so edits to it cannot be detected; "
+                "load_model(path, allow_unsigned=True) reads it if you trust where it came from"
+            )
         node = meta.get("estimator")
         if not isinstance(node, dict):
             raise ModelFileError("metadata has no estimator")

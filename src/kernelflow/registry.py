@@ -366,6 +366,19 @@ SKLEARN_MODEL_PACKAGES = (
     "sklearn.dummy",
 )
 
+#: public estimators of those packages that a model file may *not* name: what they do after
+#: loading cannot be bounded by checking the file. Dictionary learning, sparse coding, sparse PCA
+#: and LDA run iterative solvers (and, with ``n_jobs``, worker processes) at ``transform``; NMF
+#: runs its solver at ``transform``; ``PolynomialCountSketch`` allocates ``degree x
+#: n_components`` per row from two integers; ``SplineTransformer`` holds SciPy splines the format
+#: cannot store; ``IterativeImputer`` and ``TargetEncoder`` hold fitted sub-models or folds
+#: outside the format. Registering one of them explicitly (:func:`register`) admits it again.
+SKLEARN_REFUSED = frozenset({
+    "DictionaryLearning", "MiniBatchDictionaryLearning", "SparseCoder", "SparsePCA",
+    "MiniBatchSparsePCA", "LatentDirichletAllocation", "NMF", "MiniBatchNMF",
+    "PolynomialCountSketch", "SplineTransformer", "IterativeImputer", "TargetEncoder",
+})
+
 #: kinds of model-file classes, as the node types of the format name them
 CLASS_KINDS = ("estimator", "object", "dataclass", "state_object")
 
@@ -426,7 +439,8 @@ def model_classes() -> dict[str, tuple[type, str]]:
     :data:`MODEL_CLASS_MODULES` (estimators, kernels, ``Options``, selectors, online learners,
     helper objects and dataclasses), every entry of :data:`ESTIMATORS` (scikit-learn baselines,
     entries added with :func:`register` or by installed plugins) and the public estimators of
-    :data:`SKLEARN_MODEL_PACKAGES` (looked up on demand). ``kind`` is how a model file stores
+    :data:`SKLEARN_MODEL_PACKAGES` (looked up on demand) except :data:`SKLEARN_REFUSED`.
+    ``kind`` is how a model file stores
     it: ``"estimator"``, ``"object"`` (rebuilt from ``get_params``), ``"dataclass"`` or
     ``"state_object"`` (attributes restored without ``__init__``). Exception classes are never
     listed. The table is rebuilt when :data:`ESTIMATORS` changes.
@@ -492,7 +506,7 @@ def _scan_sklearn_package(package: str) -> None:
         return
     for attr in getattr(module, "__all__", ()):
         obj = vars(module).get(attr)
-        if isinstance(obj, type) and issubclass(obj, BaseEstimator):
+        if isinstance(obj, type) and issubclass(obj, BaseEstimator) and attr not in SKLEARN_REFUSED:
             _MODEL_CLASSES.setdefault(class_path(obj), (obj, "estimator"))
 
 
