@@ -341,3 +341,80 @@ def test_float32_search_of_off_centre_inputs_is_exact():
                               search_dtype="float32")
     assert b.value == pytest.approx(a.value, abs=1e-6)
     np.testing.assert_allclose(b.kernel.sigma, a.kernel.sigma, rtol=1e-3)
+
+
+# ---- optimiser options of the estimators -------------------------------------------------------
+
+
+def test_restarts_are_seeded_and_never_worse():
+    X, y, _, _ = _irrelevant(n=60, n_noise=2)
+    base = KernelRidge(sigma="ard", learn_hyperparameters="marginal_likelihood").fit(X, y)
+    runs = [KernelRidge(sigma="ard", learn_hyperparameters="marginal_likelihood",
+                        n_restarts_optimizer=3, random_state=rs).fit(X, y) for rs in (5, 5, 6)]
+    res = runs[0].hyperparameters_
+    assert len(res.values) == 4 and res.value == min(res.values)
+    assert res.values[0] == pytest.approx(base.hyperparameters_.value, rel=1e-12)
+    assert res.value <= base.hyperparameters_.value
+    np.testing.assert_array_equal(runs[0].hyperparameters_.values, runs[1].hyperparameters_.values)
+    assert runs[0].hyperparameters_.values[1:] != runs[2].hyperparameters_.values[1:]
+
+
+def test_solver_random_starts_lie_within_the_bounds():
+    X, Y = _problem(n=30)
+    res = learn_hyperparameters(X, Y, Gaussian([1.0, 1.0, 1.0]), n_random_starts=2,
+                                sigma_bounds=(0.5, 2.0), alpha_bounds=(1e-2, 1e-1),
+                                random_state=3)
+    ref = float(torch.cdist(X, X)[torch.triu_indices(30, 30, 1).unbind()].median())
+    assert len(res.values) == 3
+    assert np.all((res.kernel.sigma >= 0.5 * ref * (1 - 1e-9))
+                  & (res.kernel.sigma <= 2.0 * ref * (1 + 1e-9)))
+    assert 1e-2 * (1 - 1e-9) <= res.alpha <= 1e-1 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: KernelRidge(sigma="ard", learn_hyperparameters="marginal_likelihood", **kw),
+    lambda **kw: NystromKernelRidge(n_components=20, sigma="ard", random_state=0,
+                                    learn_hyperparameters="nystrom_marginal_likelihood", **kw),
+])
+def test_estimator_bounds_hold(make):
+    X, y, _, _ = _irrelevant(n=60, n_noise=2)
+    model = make(alpha_bounds=(0.2, 0.5), sigma_bounds=(0.5, 1.5)).fit(X, y)
+    ref = float(torch.cdist(torch.as_tensor(X), torch.as_tensor(X))[
+        torch.triu_indices(60, 60, 1).unbind()].median())
+    assert 0.2 * (1 - 1e-9) <= model.alpha_ <= 0.5 * (1 + 1e-9)
+    assert np.all((model.sigma_ >= 0.5 * ref * (1 - 1e-9))
+                  & (model.sigma_ <= 1.5 * ref * (1 + 1e-9)))
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"sigma_bounds": (2.0, 1.0)}, "sigma_bounds"),
+    ({"sigma_bounds": (0.0, 1.0)}, "sigma_bounds"),
+    ({"sigma_bounds": (1.0,)}, "sigma_bounds"),
+    ({"alpha_bounds": (1e-3, float("inf"))}, "alpha_bounds"),
+    ({"alpha_bounds": ("a", "b")}, "alpha_bounds"),
+    ({"n_restarts_optimizer": -1}, "n_restarts_optimizer"),
+    ({"n_restarts_optimizer": 1.5}, "n_restarts_optimizer"),
+])
+@pytest.mark.parametrize("cls", [KernelRidge, NystromKernelRidge])
+def test_bad_optimiser_options_are_refused(cls, params, match):
+    X, y, _, _ = _irrelevant(n=30, n_noise=1)
+    with pytest.raises(ValueError, match=match):
+        cls(**params).fit(X, y)
+    with pytest.raises(ValueError, match="n_random_starts"):
+        learn_hyperparameters(torch.as_tensor(X), torch.as_tensor(y - y.mean()),
+                              Gaussian(1.0), n_random_starts=-2)
+
+
+@pytest.mark.parametrize("criterion", ["validation", "nystrom_marginal_likelihood"])
+def test_nystrom_learning_reports_its_signal_variance(criterion):
+    X, y, _, _ = _irrelevant(n=80, n_noise=1)
+    model = NystromKernelRidge(n_components=25, sigma="ard", random_state=0,
+                               learn_hyperparameters=criterion).fit(X, 40.0 * y)
+    s2 = model.hyperparameters_.signal_variance
+    k = model.kernel_
+    C, Xs = model.centers_, torch.as_tensor(X)
+    yc = torch.as_tensor(40.0 * (y - y.mean()))
+    Q = k(Xs, C) @ torch.linalg.solve(k(C), k(C, Xs))
+    q = float(yc @ torch.linalg.solve(Q + model.alpha_ * torch.eye(80, dtype=F64), yc))
+    assert s2 == model.signal_variance_ == pytest.approx(q / 80, rel=1e-6)
+    assert model.noise_variance_ == pytest.approx(s2 * model.alpha_, rel=1e-12)

@@ -226,3 +226,142 @@ def test_fitc_training_point_variance_and_refusal():
     assert np.all(s > 0) and np.all(s <= 1.0)  # between 0 and the prior k(x, x) = 1
     with pytest.raises(ValueError, match="compute_variance"):
         NystromKernelRidge(compute_variance="sor").fit(X, y)
+
+
+# ---- learned hyperparameters: signal and noise variance ---------------------------------------
+
+
+def _learned_data(n=120, seed=1):
+    # a target on the scale of hundreds: the learned signal variance is far from 1
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n, 3)
+    y = 80.0 * np.sin(X[:, 0]) + 30.0 * X[:, 1] + 15.0 * rng.randn(n) + 150.0
+    return X, y, rng.randn(30, 3)
+
+
+@pytest.fixture(scope="module")
+def learned_exact():
+    X, y, Xt = _learned_data()
+    return X, y, Xt, KernelRidge(sigma="ard", learn_hyperparameters="marginal_likelihood").fit(
+        X, y)
+
+
+def test_learned_exact_is_scikit_learns_gp_at_the_learned_hyperparameters(learned_exact):
+    from sklearn.gaussian_process.kernels import ConstantKernel, WhiteKernel
+
+    X, y, Xt, kr = learned_exact
+    s2, noise = kr.signal_variance_, kr.noise_variance_
+    assert s2 > 100 and noise == pytest.approx(s2 * kr.alpha_, rel=1e-12)
+    yc = y - y.mean()
+    kernel = (ConstantKernel(s2, "fixed") * RBF(kr.sigma_, length_scale_bounds="fixed")
+              + WhiteKernel(noise, "fixed"))
+    gp = GaussianProcessRegressor(kernel, alpha=1e-300, optimizer=None).fit(X, yc)
+    m_ref, s_ref = gp.predict(Xt, return_std=True)
+    m, s = kr.predict(Xt, return_std=True)  # learned: a new observation's std, noise included
+    np.testing.assert_allclose(m, m_ref + y.mean(), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(s, s_ref, rtol=1e-8)
+    _, c_ref = gp.predict(Xt, return_cov=True)
+    np.testing.assert_allclose(kr.predict(Xt, return_cov=True)[1], c_ref, rtol=1e-8,
+                               atol=1e-8 * s2)
+    np.testing.assert_allclose(kr.log_marginal_likelihood(), gp.log_marginal_likelihood_value_,
+                               rtol=1e-9)
+    # the evidence is the maximised criterion (per-sample negative log evidence)
+    assert kr.log_marginal_likelihood() == pytest.approx(-X.shape[0] * kr.hyperparameters_.value,
+                                                         rel=1e-9)
+    # latent std on request: the same without the noise
+    _, s_lat = kr.predict(Xt, return_std=True, observation_noise=False)
+    np.testing.assert_allclose(s**2 - s_lat**2, noise, rtol=1e-8)
+
+
+def test_learned_signal_variance_leaves_the_mean_of_the_ridge_fit(learned_exact):
+    X, y, Xt, kr = learned_exact
+    fixed = KernelRidge(alpha=kr.alpha_, sigma=kr.sigma_).fit(X, y)
+    np.testing.assert_array_equal(kr.predict(Xt), fixed.predict(Xt))
+    assert fixed.signal_variance_ == 1.0 and fixed.noise_variance_ == kr.alpha_
+    # unit-scale latent std times sqrt(s^2)
+    np.testing.assert_allclose(kr.predict(Xt, return_std=True, observation_noise=False)[1],
+                               np.sqrt(kr.signal_variance_) * fixed.predict(
+                                   Xt, return_std=True)[1], rtol=1e-10)
+
+
+def test_learned_multi_target_signal_variance_is_per_target():
+    X, y, Xt = _learned_data(n=80)
+    Y = np.column_stack([y, 0.01 * y])
+    kr = KernelRidge(sigma=1.0, learn_hyperparameters="gcv").fit(X, Y)
+    s2 = kr.signal_variance_
+    assert s2.shape == (2,) and s2[0] == pytest.approx(1e4 * s2[1], rel=1e-9)
+    _, s = kr.predict(Xt, return_std=True)
+    np.testing.assert_allclose(s[:, 0], 100 * s[:, 1], rtol=1e-9)
+    # evidence of both targets with their own scale: the sum of the single-target ones
+    one = [KernelRidge(alpha=kr.alpha_, sigma=kr.sigma_).fit(X, Y[:, j]) for j in range(2)]
+    for j, m in enumerate(one):
+        m.signal_variance_ = float(s2[j])
+    assert kr.log_marginal_likelihood() == pytest.approx(
+        sum(m.log_marginal_likelihood() for m in one), rel=1e-10)
+
+
+def _dense_dtc_evidence(K_nm, K_mm, y, alpha, s2):
+    Q = K_nm @ torch.linalg.solve(K_mm, K_nm.T)
+    C = s2 * (Q + alpha * torch.eye(Q.shape[0], dtype=Q.dtype))
+    return float(torch.distributions.MultivariateNormal(torch.zeros(len(y), dtype=Q.dtype),
+                                                        C).log_prob(y))
+
+
+def test_learned_nystrom_variance_and_evidence_use_the_signal_variance():
+    from kernelflow.kernels import Gaussian
+
+    X, y, Xt = _learned_data(n=150)
+    ny = NystromKernelRidge(n_components=40, sigma="ard", random_state=0, compute_variance=True,
+                            learn_hyperparameters="nystrom_marginal_likelihood").fit(X, y)
+    s2, a = ny.signal_variance_, ny.alpha_
+    assert np.isfinite(ny.hyperparameters_.signal_variance) and s2 > 100
+    k = Gaussian(ny.sigma_)
+    C, Xs = ny.centers_, torch.as_tensor(X)
+    K_nm, K_mm = k(Xs, C), k(C)
+    yc = torch.as_tensor(y - y.mean())
+    # the reported signal variance is the DTC profile y^T (Q + alpha I)^{-1} y / n
+    Q = K_nm @ torch.linalg.solve(K_mm, K_nm.T)
+    q = float(yc @ torch.linalg.solve(Q + a * torch.eye(150, dtype=F64), yc))
+    assert s2 == pytest.approx(q / 150, rel=1e-6)
+    assert ny.log_marginal_likelihood() == pytest.approx(
+        _dense_dtc_evidence(K_nm, K_mm, yc, a, s2), rel=1e-6)
+    fixed = NystromKernelRidge(n_components=40, sigma=ny.sigma_, alpha=a, random_state=0,
+                               compute_variance=True).fit(X, y)
+    _, s_unit = fixed.predict(Xt, return_std=True)
+    _, s = ny.predict(Xt, return_std=True)
+    np.testing.assert_allclose(s**2, s2 * s_unit**2 + ny.noise_variance_, rtol=1e-8)
+
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize("method", ["dtc", "fitc"])
+def test_nystrom_variance_is_stable_at_learned_hyperparameters(method):
+    # long learned bandwidths and a penalty near 1e-4 make K_MM ill-conditioned: the
+    # whitened accumulation keeps the factorisation positive definite
+    from sklearn.datasets import make_friedman1
+
+    X, y = make_friedman1(n_samples=700, n_features=10, noise=1.0, random_state=0)
+    X = (X - X.mean(0)) / X.std(0)
+    ny = NystromKernelRidge(n_components=150, sigma="ard", random_state=0,
+                            learn_hyperparameters="nystrom_marginal_likelihood",
+                            compute_variance=method).fit(X[:500], y[:500])
+    assert ny.alpha_ < 1e-2  # the regime where the unwhitened formula fails
+    mean, std = ny.predict(X[500:], return_std=True)
+    assert np.all(np.isfinite(std)) and np.all(std > 0)
+    cover = np.mean(np.abs(y[500:] - mean) <= 1.96 * std)
+    assert 0.88 <= cover <= 0.99
+    assert np.isfinite(ny.log_marginal_likelihood())
+
+
+def test_observation_noise_is_checked_and_refit_drops_learned_state(learned_exact):
+    X, y, Xt, kr = learned_exact
+    with pytest.raises(TypeError, match="observation_noise"):
+        kr.predict(Xt, return_std=True, observation_noise="yes")
+    plain = KernelRidge(sigma="ard", learn_hyperparameters="loo").fit(X, y)
+    plain.set_params(learn_hyperparameters=None, sigma=1.0, alpha=0.3).fit(X, y)
+    assert not hasattr(plain, "hyperparameters_") and not hasattr(plain, "alpha_")
+    assert plain.signal_variance_ == 1.0 and plain.noise_variance_ == 0.3
+    ref = KernelRidge(sigma=1.0, alpha=0.3).fit(X, y)
+    np.testing.assert_array_equal(plain.predict(Xt, return_std=True)[1],
+                                  ref.predict(Xt, return_std=True)[1])
