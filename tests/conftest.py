@@ -18,3 +18,13 @@ def pytest_configure(config):
     # Test problems are small: one intra-op thread avoids OpenMP spin-waiting, which dominates
     # small factorisations whenever the cores are shared with other processes.
     torch.set_num_threads(1)
+
+
+#: Skips a test without a CUDA device (``tests/test_cuda.py`` runs every family there).
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=needs_cuda)])
+def device(request):
+    """The device of a test's tensors: the CPU always, a CUDA device when there is one."""
+    return torch.device(request.param)
