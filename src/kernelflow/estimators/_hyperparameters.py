@@ -67,6 +67,7 @@ def learn_for_estimator(estimator, X, y, sample_weight, alpha, kernel, centers=N
         alpha=start, centers=centers, random_state=_seed(estimator),
         sigma_bounds=estimator.sigma_bounds, alpha_bounds=estimator.alpha_bounds,
         n_random_starts=int(estimator.n_restarts_optimizer),
+        verbose=getattr(estimator, "verbose", 0),
     )
     estimator.hyperparameters_ = res
     estimator.alpha_ = res.alpha

@@ -331,7 +331,8 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             eta = float(res.step_size[best])
         else:  # the same automatic step as the CV run, on the same kernel matrix
             eta = rule.learning_rate(K, yc)
-        path = _single_path(rule)(K, yc, learning_rate=eta, max_iter=self.n_iter_)
+        path = _single_path(rule)(K, yc, learning_rate=eta, max_iter=self.n_iter_,
+                                  verbose=self.verbose)
         if not torch.isfinite(path.alpha).all():
             raise DivergenceError("The refit diverged; lower learning_rate.")
         self.X_fit_ = X

@@ -17,6 +17,7 @@ from ..distributed.cv import check_replicated, my_share, reduce_scores
 from ..kernels import make_kernel
 from ..solvers.direct import gcv_mse_spectral, krr_spectral, loo_mse_spectral, spectrum
 from ..solvers.grid_cv import krr_grid_cv
+from ..utils._progress import progress
 from ..utils._validation import check_X_y
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
@@ -71,6 +72,9 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         "on"), every process passes the whole training set and scores a share of the
         bandwidths (round robin; one all-reduce of the error table); all select and fit the
         same model. False or "off": each process scores every bandwidth.
+    verbose : int, default=0
+        > 0 shows progress over the bandwidths (k-fold: over the (bandwidth, fold) fits), in
+        a terminal or a notebook (:func:`kernelflow.utils.progress.progress`).
 
     Attributes
     ----------
@@ -101,6 +105,7 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         "cv": [None, Interval(Integral, 2, None, closed="left"), HasMethods(["split"]),
                "array-like"],
         "distributed": DISTRIBUTED_CONSTRAINT,
+        "verbose": ["verbose"],
         **{k: v for k, v in KERNEL_CONSTRAINTS.items() if k != "sigma"},
     }
 
@@ -110,7 +115,8 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
                  | Iterable[tuple[ArrayLike, ArrayLike]] | None = None,
                  kernel: str | Kernel = "rbf", gamma: float | None = None, degree: int = 3,
                  coef0: float = 1.0, fit_intercept: bool = True, options: Options | None = None,
-                 distributed: bool | Literal["auto", "on", "off"] = "auto") -> None:
+                 distributed: bool | Literal["auto", "on", "off"] = "auto",
+                 verbose: int = 0) -> None:
         self.alphas = alphas
         self.sigmas = sigmas
         self.criterion = criterion
@@ -122,6 +128,7 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.fit_intercept = fit_intercept
         self.options = options
         self.distributed = distributed
+        self.verbose = verbose
 
     def _candidate_kernels(self, X):
         base = make_kernel(self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
@@ -179,7 +186,9 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         best: tuple[float, int | None, int | None, tuple[torch.Tensor, torch.Tensor] | None]
         best = (np.inf, None, None, None)
         self.X_fit_ = Xt
-        for i in my_share(len(kernels)) if parallel else range(len(kernels)):
+        share = my_share(len(kernels)) if parallel else range(len(kernels))
+        for i in progress(share, desc=f"{type(self).__name__} ({self.criterion})",
+                          verbose=self.verbose, unit="bandwidth"):
             self.kernel_ = kernels[i]
             s, U = spectrum(self._operator(Xt).to_dense(), sw)
             err = score_fn(s, U, yc, alphas, sample_weight=sw).mean(1)
@@ -220,7 +229,8 @@ class KernelRidgeCV(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         kernels, sigmas = self._candidate_kernels(X if sw is None else X[sw > 0])
         # with an intercept every fold centres its targets by its own training mean
         res = krr_grid_cv(X, y if self.fit_intercept else yc, kernels, alphas, folds,
-                          sample_weight=sw, fit_intercept=self.fit_intercept)
+                          sample_weight=sw, fit_intercept=self.fit_intercept,
+                          verbose=self.verbose)
         errors = res.cv_mse.detach().cpu().numpy()
         i, j = res.best_index
         self.X_fit_ = X

@@ -60,7 +60,8 @@ _DOC = """{summary}
     options : Options, default=None
         Engine options (memory budget for the stacked kernels).
     verbose : int, default=0
-        Progress bar over steps.
+        > 0 shows progress over the steps of every bandwidth (at most ``n_sigmas *
+        max_iter``), in a terminal or a notebook, and over the refit's steps.
     distributed : {{"auto", "on", "off"}} or bool, default="auto"
         Inside an initialised torch.distributed group of several processes ("auto", True or
         "on"), every process passes the whole training set and scores a share of the

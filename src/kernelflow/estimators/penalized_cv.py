@@ -85,7 +85,8 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
     options : Options, default=None
         Engine options.
     verbose : int, default=0
-        Progress bar over penalties.
+        > 0 shows progress over the bandwidths of the grid (the l2 grid: over its
+        (bandwidth, fold) fits), in a terminal or a notebook.
     distributed : {"auto", "on", "off"} or bool, default="auto"
         Inside an initialised torch.distributed group of several processes ("auto", True or
         "on"), every process passes the whole training set and scores a share of the
@@ -194,7 +195,9 @@ class PenalizedKernelRegressorCV(KernelEstimatorMixin, RegressorMixin, BaseEstim
         # in a process group: bandwidths spread over the processes (same data on all)
         if self.penalty == "l2":
             grid_cv, folds = cv_solver(self, krr_grid_cv, Xt, yt, folds)
-            res = grid_cv(Xt, yc, kernels, lam, folds)
+            # the process-group version takes no options: progress on one process only
+            res = grid_cv(Xt, yc, kernels, lam, folds,
+                          **({"verbose": self.verbose} if grid_cv is krr_grid_cv else {}))
         else:
             grid_cv, folds = cv_solver(self, penalized_grid_cv, Xt, yt, folds)
             res = grid_cv(Xt, yc, kernels, lam, folds, penalty=self.penalty,

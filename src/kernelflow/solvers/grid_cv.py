@@ -111,6 +111,7 @@ def krr_grid_cv(
     *,
     sample_weight: torch.Tensor | None = None,
     fit_intercept: bool = False,
+    verbose: int = 0,
 ) -> GridCVResult:
     """K-fold MSE of kernel ridge regression on a (bandwidth x penalty) grid.
 
@@ -134,6 +135,9 @@ def krr_grid_cv(
     fit_intercept : bool, default=False
         Centre each fold's targets by their (weighted) training mean and add it back to the
         fold's validation predictions.
+    verbose : int, default=0
+        > 0 shows progress over the S F (bandwidth, fold) factorisations
+        (:func:`kernelflow.utils.progress.progress`).
 
     Returns
     -------
@@ -160,16 +164,21 @@ def krr_grid_cv(
     sizes = {int(t.numel()) for t in trains}
     groups = [list(range(F))] if len(sizes) == 1 else [[f] for f in range(F)]
     out = torch.zeros(len(kernels), F, lam.numel(), dtype=X.dtype, device=X.device)
-    with _threads_for(F * n**3 / 4):
+    bar = progress(total=len(kernels) * F, desc=f"KRR grid ({len(kernels)} bandwidths)",
+                   verbose=verbose, unit="fit")
+    with bar, _threads_for(F * n**3 / 4):
         # cost per bandwidth in units of n^3: one eigendecomposition (~4) and per fold and
         # penalty a (n / F)-sized solve, against F tridiagonal reductions of the training rows
         L, m = lam.numel(), (F - 1) / F
         blocks = 4 + L * (1 / (3 * F * F) + 1 / F) < 2 * F * m**3
         done = (sw is None and not fit_intercept and blocks
                 and _krr_scores_blocks(X, Y, kernels, lam, vals, out))
+        if done:
+            bar.update(len(kernels) * F)
         if not done and not _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals,
-                                                    sw, fit_intercept, out):
-            _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out)
+                                                    sw, fit_intercept, out, bar):
+            bar.update(-bar.n)  # a route that gave up: the next one starts the count again
+            _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out, bar)
     return _result(out)
 
 
@@ -218,7 +227,8 @@ def _krr_scores_blocks(X, Y, kernels, lam, vals, out) -> bool:
     return True
 
 
-def _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out):
+def _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out,
+                            bar=None):
     """Every (bandwidth, fold) at once through a tridiagonal reduction K = Q T Q^T.
 
     The reduction (LAPACK ``sytrd``) costs a fraction of an eigendecomposition with vectors;
@@ -279,6 +289,8 @@ def _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw, fit_in
             B[q, 1:], _, info = ormqr("L", "T", c[1:, :-1], tau, B[q, 1:], lwork=lwork)
             if info != 0:
                 return False
+            if bar is not None:
+                bar.update()
         B = torch.from_numpy(B)
         z = B[:, :, :t].numpy()  # (P, m, t)
         Gm = B[:, :, t:]  # (P, m, v)
@@ -307,7 +319,7 @@ def _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw, fit_in
     return True
 
 
-def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out):
+def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out, bar=None):
     for si, kern in enumerate(kernels):
         K = kern(X, X)
         for group in groups:
@@ -347,6 +359,8 @@ def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out
             else:
                 w = sw[va][:, None, :]  # (G, 1, v)
                 out[si, group] = (err * w).sum(-1) / w.sum(-1).clamp_min(1e-300)
+            if bar is not None:
+                bar.update(len(group))
 
 
 class _GridProduct:
@@ -548,10 +562,11 @@ def _penalized_scores(X, y, kernels, penalty, solver, accelerated, step_size, ma
     n = X.shape[0]
     if solver == "published":
         _published_scores(X, y, kernels, penalty, step_size, max_iter, train, weights, Y,
-                          lam_rows, m_rows, out, iters)
+                          lam_rows, m_rows, out, iters, verbose=verbose)
         return
     # one bandwidth at a time keeps the batch at F L rows of n (memory O(F L n + n^2))
-    for si in progress(range(len(kernels)), desc=f"K{penalty}R grid", verbose=verbose):
+    for si in progress(range(len(kernels)), desc=f"K{penalty}R grid", verbose=verbose,
+                       unit="bandwidth"):
         K = kernels[si](X, X)[None]  # (1, n, n)
         matvec = _GridProduct(K, train, L)
         if step_size is None:
@@ -575,13 +590,14 @@ PUBLISHED_BATCH_ELEMENTS = 2_000_000
 
 
 def _published_scores(X, y, kernels, penalty, step_size, max_iter, train, weights, Y, lam_rows,
-                      m_rows, out, iters):
+                      m_rows, out, iters, verbose=0):
     """Capped ISTA on whole blocks of bandwidths at once: one batched GEMM per step."""
     S, F, L = out.shape
     n = X.shape[0]
     per = F * L
     block = max(1, PUBLISHED_BATCH_ELEMENTS // max(per * n, 1))
     eta0 = 0.01 if step_size is None else float(step_size)
+    bar = progress(total=S, desc=f"K{penalty}R grid", verbose=verbose, unit="bandwidth")
     for s0 in range(0, S, block):
         ks = list(range(s0, min(S, s0 + block)))
         K_all = torch.stack([kernels[si](X, X) for si in ks])  # (b, n, n)
@@ -594,3 +610,5 @@ def _published_scores(X, y, kernels, penalty, step_size, max_iter, train, weight
         err = (pred - y).square().reshape(b, F, L, n)
         out[s0:s0 + b] = (err * weights[None, :, None, :]).sum(-1)
         iters[s0:s0 + b] = its.reshape(b, F, L)
+        bar.update(b)
+    bar.close()

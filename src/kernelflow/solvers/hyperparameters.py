@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ..kernels import Additive, Gaussian, Kernel, Scaled, _DistanceKernel, median_heuristic
+from ..utils._progress import progress
 from ..utils.holdout import holdout_indices
 
 _SIGMA_FACTORS = (1.0, 1 / 3, 3.0, 0.1, 10.0, 1 / 30, 30.0)
@@ -381,7 +382,7 @@ def learn_hyperparameters(
     X, y, kernel: Kernel, *, criterion="marginal_likelihood", alpha=1e-2, learn_alpha=True,
     centers=None, validation_fraction=0.2, sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3),
     scale_bounds=(1e-4, 1e4), n_starts=5, n_restarts=1, n_random_starts=0, max_iter=100,
-    tol=None, random_state=0, search_dtype="auto",
+    tol=None, random_state=0, search_dtype="auto", verbose=0,
 ) -> HyperparameterResult:
     """Learn the kernel's bandwidths (scalar or per feature), scales and the penalty by L-BFGS.
 
@@ -447,6 +448,10 @@ def learn_hyperparameters(
         ``"float32"`` for the exact criteria with a shift-invariant kernel (the inputs are
         centred in float64 before the cast, which leaves such a kernel unchanged) and
         ``"float64"`` otherwise.
+    verbose : int, default=0
+        > 0 shows progress over the evaluations of the criterion
+        (:func:`kernelflow.utils.progress.progress`): at most the screening plus
+        ``1.25 max_iter`` per L-BFGS run (torch's evaluation limit).
 
     Returns
     -------
@@ -525,8 +530,16 @@ def learn_hyperparameters(
         a = theta[start].exp() if learn_alpha else fixed_alpha
         return vals, a
 
+    n_screen = ((len(_ALPHA_FACTORS) if learn_alpha else 1)
+                + len(_SIGMA_FACTORS[1:max(1, int(n_starts))]))
+    n_runs = min(max(1, int(n_restarts)), n_screen) + int(n_random_starts)
+    bar = progress(total=n_screen + int(n_random_starts) + n_runs * (int(max_iter) * 5 // 4),
+                   desc=f"hyperparameters ({criterion})", verbose=verbose, unit="eval",
+                   upper_bound=True)
+
     def value_at(u, fn=objective):
         vals, a = unpack(u)
+        bar.update()
         return fn(_with(kernel, names, vals), a)
 
     def safe_value(u, fn=objective):
@@ -578,6 +591,7 @@ def learn_hyperparameters(
         finals.append(f)
         if math.isfinite(f) and (best is None or f < best[0]):
             best = (f, u, n_iter)
+    bar.close()
     if best is None:
         raise ValueError(f"Every start of the {criterion!r} optimisation failed (non-finite "
                          "criterion); check the data scale or the bounds.")

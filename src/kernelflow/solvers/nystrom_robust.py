@@ -54,7 +54,7 @@ from ..linalg import cholesky
 from ..operators import KernelOperator, Options
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
-from ..utils._progress import progress
+from ..utils._progress import progress, steps_to_reach
 from ..utils.monitor import EarlyStopping
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .nystrom import (
@@ -75,6 +75,7 @@ _F64 = torch.float64
 # |r| histogram: log-spaced bins from 1e-12 to 1e12 (4.7 % wide): robust scales without sorting.
 _EDGES = torch.logspace(-12, 12, 1201, dtype=_F64)
 _RESCALE_AT = (3, 10, 30)
+_SMOOTH = 10  # steps over which the progress estimate averages the decrease
 
 
 def _psi_rho(loss: str, r: torch.Tensor, delta: float | None):
@@ -299,6 +300,10 @@ def nystrom_robust(
         memory budget, False always streams.
     callback : callable, optional
         ``callback(k, coef, intercept)`` after each iteration; returning True stops.
+    verbose : int, default=0
+        > 0 shows progress over passes (:func:`kernelflow.utils.progress.progress`): at most
+        ``max_iter``; with the adaptive step, the passes expected until the decrease falls
+        below ``tol`` at its recent rate.
 
     Returns
     -------
@@ -391,7 +396,9 @@ def nystrom_robust(
         monitor.update(0, vals[-1])
     converged = early = False
     k = 0
-    with progress(total=max_iter, desc=f"Nystrom {loss}", verbose=verbose) as bar:
+    rels: list[float] = []  # mean decreases per step, for the bar's one estimate of steps left
+    with progress(total=max_iter, desc=f"Nystrom {loss}", verbose=verbose,
+                  upper_bound=True) as bar:
         while k < max_iter:
             new_theta, new_b = theta - eta * g, b - eta * gb
             new_obj, new_g, new_gb, p = evaluate(new_theta, new_b, delta_)
@@ -404,6 +411,12 @@ def nystrom_robust(
             rel = (objective[-1] - float(new_obj.sum())) / max(abs(objective[0]), 1e-300)
             theta, b, obj, g, gb = new_theta, new_b, new_obj, new_g, new_gb
             objective.append(float(obj.sum()))
+            if auto and not bar.disable and len(objective) > _SMOOTH:
+                # steps until the decrease per step, averaged over the last _SMOOTH (a single
+                # step's is noisy), falls below tol at its recent rate
+                rels.append(max(objective[-1 - _SMOOTH] - objective[-1], 0.0)
+                            / (_SMOOTH * max(abs(objective[0]), 1e-300)))
+                bar.set_total(k + steps_to_reach(rels, tol, cap=max_iter - k, window=_SMOOTH))
             if not math.isfinite(objective[-1]):
                 raise DivergenceError("Nyström gradient descent diverged; lower learning_rate.")
             if loss == "huber" and delta is None and k in _RESCALE_AT:

@@ -252,9 +252,9 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
         mon.update_chunk(k + 1, M)
         stop = mon.stop_iteration.clamp_min(0)  # 0 while running
         k += c
-        if bar is not None:
-            bar.update(c)
         done = (stop > 0).all(1)
+        if bar is not None:  # steps of every bandwidth; a finished one skips its remaining
+            bar.update(c * ids.numel() + (max_iter - k) * int(done.sum()))
         if done.any():  # drop finished bandwidths from the batch
             every = torch.ones_like(fid, dtype=torch.bool)[done]
             record(torch.nonzero(done).reshape(-1), every)
@@ -351,7 +351,9 @@ def early_stopping_path_cv(
     options : Options, optional
         Memory budget for the stacked kernels.
     verbose : int, default=0
-        Show a progress bar over steps.
+        > 0 shows progress: steps of every bandwidth (all its folds), at most
+        ``len(kernels) * max_iter``, a bandwidth that stops early counting its remaining steps
+        (see :func:`kernelflow.utils.progress.progress`).
 
     Returns
     -------
@@ -434,7 +436,9 @@ def early_stopping_path_cv(
     best_iter = torch.zeros(S, F, dtype=torch.long, device=X.device)
     n_iter = torch.zeros(S, F, dtype=torch.long, device=X.device)
     unstable = torch.zeros(S, dtype=torch.bool, device=X.device)
-    bar = progress(total=int(max_iter), desc=f"path CV ({method})", verbose=verbose, unit="step")
+    # one unit per step of one bandwidth (all its folds), at most S max_iter
+    bar = progress(total=S * int(max_iter), desc=f"path CV ({method}, {S} bandwidths)",
+                   verbose=verbose, unit="step", upper_bound=True)
     for g0 in range(0, S, group):
         ids_all = torch.arange(g0, min(S, g0 + group), device=X.device)
         K_all = _kernel_stack([kernels[i] for i in ids_all.tolist()], X)  # (G, n, n)
@@ -450,22 +454,29 @@ def early_stopping_path_cv(
                                              device=X.device)
         if native:
             G = ids_all.numel()
-            best, b_it, n_it = _native.run_problems(
-                method, K_all, y.reshape(1, n), train, weights,
-                np.repeat(np.arange(G), F), np.zeros(G * F, dtype=np.int64),
-                np.tile(np.arange(F), G), eta=eta, max_iter=max_iter,
-                patience=n_iter_no_change, validation_loss=validation_loss,
-                epsilon=None if eps is None else eps.cpu().numpy())
-            fold_mse[ids_all] = torch.from_numpy(best).reshape(G, F).to(fold_mse)
-            best_iter[ids_all] = torch.from_numpy(b_it).reshape(G, F).to(best_iter)
-            n_iter[ids_all] = torch.from_numpy(n_it).reshape(G, F).to(n_iter)
+            # one compiled call for the group; with a bar, calls of a few bandwidths each
+            # (enough problems for every thread) so that it can advance between them
+            per_call = G if bar.disable else max(1, -(-4 * torch.get_num_threads() // F))
+            for j0 in range(0, G, per_call):
+                j1 = min(G, j0 + per_call)
+                best, b_it, n_it = _native.run_problems(
+                    method, K_all[j0:j1], y.reshape(1, n), train, weights,
+                    np.repeat(np.arange(j1 - j0), F), np.zeros((j1 - j0) * F, dtype=np.int64),
+                    np.tile(np.arange(F), j1 - j0), eta=eta, max_iter=max_iter,
+                    patience=n_iter_no_change, validation_loss=validation_loss,
+                    epsilon=None if eps is None else eps.cpu().numpy())
+                sel = ids_all[j0:j1]
+                fold_mse[sel] = torch.from_numpy(best).reshape(j1 - j0, F).to(fold_mse)
+                best_iter[sel] = torch.from_numpy(b_it).reshape(j1 - j0, F).to(best_iter)
+                n_iter[sel] = torch.from_numpy(n_it).reshape(j1 - j0, F).to(n_iter)
+                bar.update((j1 - j0) * int(max_iter))
             continue
         parts = ([(ids_all, K_all, None)] if spectral or not low_rank
                  else _factor_groups(ids_all, K_all))
         for ids, P1, P2 in parts:
             _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
                        eta, chunk, max_iter, n_iter_no_change, fold_mse, best_iter,
-                       n_iter, bar if g0 == 0 and ids is parts[0][0] else None,
+                       n_iter, bar,
                        validation_loss, eps)
     bar.close()
     cv_mse = fold_mse.mean(1)

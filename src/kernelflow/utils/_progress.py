@@ -161,6 +161,7 @@ class SilentProgress:
         for item in self.iterable or ():
             self.update()
             yield item
+        self.close()  # as tqdm does at the end of the iteration
 
     def __len__(self) -> int:
         if self.total is not None:
@@ -304,18 +305,23 @@ class TextProgress(SilentProgress):
             self._print(f"{head}done, {self.n} {self.unit} in {_format_seconds(elapsed)}{tail}")
 
 
-@functools.lru_cache(maxsize=2)
 def _tqdm_class(auto: bool) -> type:
     """tqdm (``tqdm.auto`` or the text ``tqdm.std``) with ``set_total``; raises ImportError."""
     if auto:
         from tqdm.auto import tqdm as base
     else:
         from tqdm.std import tqdm as base
+    return _with_set_total(base)
 
+
+@functools.lru_cache(maxsize=4)
+def _with_set_total(base: type) -> type:
     class Bar(base):  # type: ignore[misc, valid-type]
         def set_total(self, total: int | None) -> None:
             """Revise the number of steps expected; the estimate is no longer a bound."""
-            self.total = total
+            if total == getattr(self, "total", None) and getattr(self, "bar_format", None) is None:
+                return
+            self.total = total  # shown at the next update (tqdm's own refresh interval)
             container = getattr(self, "container", None)
             if container is not None and total:  # the notebook widget keeps its own maximum
                 try:
@@ -323,7 +329,6 @@ def _tqdm_class(auto: bool) -> type:
                 except (AttributeError, IndexError):
                     pass
             self.bar_format = None
-            self.refresh()
 
     return Bar
 

@@ -92,7 +92,8 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
     path = [alpha.clone()] if record_path else None
     stopped = callback is not None and bool(callback(0, alpha, R, E))
     k = 0
-    bar = progress(total=max_iter, desc=f"{rule.name} path", verbose=verbose)
+    bar = progress(total=max_iter, desc=f"{rule.name} path", verbose=verbose,
+                   upper_bound=callback is not None or tol > 0)  # may stop early
     while not stopped and k < max_iter:
         r_norm = torch.linalg.vector_norm(R if sq is None else sq * R, dim=-1)
         if tol > 0 and bool((r_norm <= tol * y_norm).all()):

@@ -147,7 +147,8 @@ def gradient_descent_path(
     R = Y - F
     stopped = callback is not None and bool(callback(0, alpha, R, E))
     k = 0
-    bar = progress(total=max_iter, desc="gradient descent", verbose=verbose)
+    bar = progress(total=max_iter, desc="gradient descent", verbose=verbose,
+                   upper_bound=callback is not None or tol > 0)  # may stop early
     while not stopped and k < max_iter:
         if tol > 0 and bool((torch.linalg.vector_norm(R, dim=-1) <= tol * y_norm).all()):
             break
@@ -249,7 +250,8 @@ def sign_gradient_path(
     stopped = callback is not None and bool(callback(0, alpha, R, E))
     y_norm = torch.linalg.vector_norm(Y if sq is None else sq * Y, dim=-1)
     k = 0
-    bar = progress(total=max_iter, desc="sign gradient descent", verbose=verbose)
+    bar = progress(total=max_iter, desc="sign gradient descent", verbose=verbose,
+                   upper_bound=callback is not None or tol > 0)  # may stop early
     while not stopped and k < max_iter:
         if tol > 0 and bool((torch.linalg.vector_norm(R if sq is None else sq * R, dim=-1)
                              <= tol * y_norm).all()):
@@ -352,7 +354,8 @@ def coordinate_descent_path(
     path = [alpha.clone()] if record_path else None
     stopped = callback is not None and bool(callback(0, alpha, R, E))
     k = 0
-    bar = progress(total=max_iter, desc="coordinate descent", verbose=verbose)
+    bar = progress(total=max_iter, desc="coordinate descent", verbose=verbose,
+                   upper_bound=True)  # stops early at a zero residual too
     tol_level = float(tol * y_max.max()) if B == 1 else 0.0
     while not stopped and k < max_iter:
         if B == 1 and w is None:
