@@ -274,10 +274,8 @@ def test_fit_reports_a_cross_validated_score(workdir, monkeypatch, capsys):
 
 def test_compare_gives_every_model_the_same_kernel_bandwidth_and_penalty(
         workdir, monkeypatch, capsys):
-    # scikit-learn's KernelRidge has no intercept: without it ours is the same model
     res = _main(workdir, monkeypatch, capsys, "compare", "train.csv", "-t", "y", "--models",
-                "kernel_ridge,sklearn_kernel_ridge,sign_gradient,sklearn_ridge", "--cv", "3",
-                "-p", "kernel_ridge:fit_intercept=false")
+                "kernel_ridge,sklearn_kernel_ridge,sign_gradient,sklearn_ridge", "--cv", "3")
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert "every model gets the same kernel (rbf)" in out
@@ -384,10 +382,18 @@ def test_tables_wrap_without_cutting_words(workdir, monkeypatch, capsys):
 def test_demo_module_runs_in_process():
     from kernelflow.demo import run_demo
 
-    rows = run_demo(n_train=60, plot=None, quiet=True)
-    krr = {r["method"].split(",")[0]: r["rmse"] for r in rows}
-    # the same kernel and penalty: scikit-learn's ridge agrees with ours
-    assert krr["exact KRR"] == pytest.approx(krr["scikit-learn KernelRidge"], rel=1e-6)
+    rows = run_demo(n_train=60, plot=None, quiet=True, n_splits=3)
+    krr = {r["method"].split(",")[0]: r for r in rows}
+    # the same kernel, penalty and centred targets: scikit-learn's ridge agrees with ours
+    for key in ("rmse", "rmse_sd"):
+        assert krr["exact KRR"][key] == pytest.approx(krr["scikit-learn KernelRidge"][key],
+                                                      rel=1e-6)
+    for r in rows:  # the mean and sample sd of the per-split errors
+        assert len(r["rmse_splits"]) == 3
+        assert r["rmse"] == pytest.approx(np.mean(r["rmse_splits"]))
+        assert r["rmse_sd"] == pytest.approx(np.std(r["rmse_splits"], ddof=1))
+    huber = krr["Nystroem + HuberRegressor (scikit-learn)"]
+    assert huber["converged"] == 3  # run to convergence, not stopped at an iteration cap
     with pytest.raises(ValueError, match="outlier fraction"):
         run_demo(outlier_fraction=0.6, plot=None, quiet=True)
 
@@ -396,11 +402,12 @@ def _demo(tmp_path, *extra):
     res = _run_all({"demo": ["demo", "--plot", "demo.png", *extra]}, tmp_path)["demo"]
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "demo.png").read_bytes()[:4] == b"\x89PNG"
+    assert "mean +- sd over" in res.stdout
     rmse = {}
     for line in res.stdout.splitlines():
         parts = re.split(r"\s{2,}", line.strip())
-        if len(parts) > 2 and parts[1].replace(".", "", 1).isdigit():
-            rmse[parts[0]] = float(parts[1])
+        if len(parts) > 2 and re.fullmatch(r"[\d.]+ \+- [\d.]+", parts[1]):
+            rmse[parts[0]] = float(parts[1].split()[0])
     robust = [v for k, v in rmse.items() if "sign" in k.lower()]
     exact = [v for k, v in rmse.items() if k.lower().startswith("exact")]
     assert robust and exact, res.stdout
@@ -408,7 +415,7 @@ def _demo(tmp_path, *extra):
 
 
 def test_demo_runs_and_the_robust_method_wins(tmp_path):
-    robust, exact = _demo(tmp_path, "--n-train", "300")
+    robust, exact = _demo(tmp_path, "--n-train", "300", "--splits", "2")
     assert robust < 0.7 * exact
 
 
@@ -416,6 +423,219 @@ def test_demo_runs_and_the_robust_method_wins(tmp_path):
 def test_full_demo_the_robust_method_wins(tmp_path):
     robust, exact = _demo(tmp_path)
     assert robust < 0.7 * exact
+
+
+# ---------------------------------------------------------------------------------------------
+# a command line that fails fast and speaks the user's data
+# ---------------------------------------------------------------------------------------------
+def _refuse_fit(monkeypatch):
+    """Make every fit fail loudly: a command that reaches a fit was not checked early."""
+    from kernelflow.estimators.kernel_ridge import KernelRidge
+
+    def fit(self, X, y, sample_weight=None):
+        raise AssertionError("the model was fitted")
+
+    monkeypatch.setattr(KernelRidge, "fit", fit)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-o", "missing/dir/model.npz"], "directory missing/dir does not exist"),
+    (["-o", "."], "it is a directory"),
+    (["-o", "m.npz", "--plot", "fit.xlsx"], "unsupported file type '.xlsx'"),
+    (["-o", "train.csv/model.npz"], "train.csv is not a directory"),
+])
+def test_output_paths_are_checked_before_the_fit(workdir, monkeypatch, capsys, args, message):
+    _refuse_fit(monkeypatch)
+    res = _main(workdir, monkeypatch, capsys, "fit", "train.csv", "-t", "y", "-m",
+                "kernel_ridge", *args)
+    lines = res.stderr.splitlines()
+    assert res.returncode == 1 and len(lines) == 1, res.stderr
+    assert lines[0].startswith("kernelflow: error: cannot write the ") and message in lines[0]
+    assert not (workdir / "missing").exists()
+
+
+def test_predictions_path_is_checked_before_the_model_is_read(workdir, monkeypatch, capsys):
+    res = _main(workdir, monkeypatch, capsys, "predict", "corrupt.npz", "new.csv", "-o",
+                "out/pred.csv")
+    assert res.returncode == 1 and "directory out does not exist" in res.stderr
+    res = _main(workdir, monkeypatch, capsys, "predict", "corrupt.npz", "new.csv", "-o",
+                "pred.xlsx")
+    assert res.returncode == 1 and "unsupported file type '.xlsx'" in res.stderr
+
+
+def test_global_options_are_accepted_after_the_command(workdir, monkeypatch, capsys):
+    from kernelflow.cli import CLIError, build_parser, main
+
+    args = build_parser().parse_args(["-v", "fit", "train.csv", "-m", "kernel_ridge", "-v",
+                                      "--debug", "-q"])
+    assert args.verbose + args.verbose_after == 2 and args.debug and args.quiet
+    args = build_parser().parse_args(["fit", "train.csv", "-m", "kernel_ridge"])
+    assert args.verbose == 0 and not args.debug and not args.quiet
+    res = _main(workdir, monkeypatch, capsys, "fit", "train.csv", "-t", "y", "-m",
+                "kernel_ridge", "--cv", "0", "-o", "verbose.npz", "-v", "-q")
+    assert res.returncode == 0 and res.stderr == "", res.stderr  # -q: no progress lines
+    monkeypatch.chdir(workdir)
+    with pytest.raises(CLIError, match="file not found"):  # --debug after it: the traceback
+        main(["info", "gone.npz", "--debug"])
+
+
+def test_progress_lines_per_fold_on_stderr(workdir, monkeypatch, capsys):
+    res = _main(workdir, monkeypatch, capsys, "evaluate", "train.csv", "-t", "y", "-m",
+                "kernel_ridge", "--cv", "4")
+    assert res.returncode == 0, res.stderr
+    folds = re.findall(r"^kernelflow: \[[^]]+\] fold (\d)/4: R\^2 ([-\d.]+), fit ",
+                       res.stderr, re.M)
+    assert [f[0] for f in folds] == ["1", "2", "3", "4"]
+    table = next(line for line in res.stdout.splitlines() if line.startswith("R^2"))
+    assert table.split()[3:] == [f"{float(f[1]):.3f}" for f in folds]  # the same scores
+    assert "kernelflow: [" not in res.stdout  # the table stays clean for pipes
+
+
+def test_predictions_are_written_as_parquet_or_csv(workdir, monkeypatch, capsys):
+    from kernelflow.io import load_model
+
+    assert _main(workdir, monkeypatch, capsys, "fit", "train.csv", "-t", "y", "-m",
+                 "kernel_ridge", "--cv", "0", "-o", "pq_model.npz").returncode == 0
+    expected = load_model(workdir / "pq_model.npz").predict(pd.read_csv(workdir / "new.csv"))
+    for name in ("pred.parquet", "pred.pq", "pred2.csv"):
+        res = _main(workdir, monkeypatch, capsys, "predict", "pq_model.npz", "new.csv", "-o",
+                    name)
+        assert res.returncode == 0, res.stderr
+    for name in ("pred.parquet", "pred.pq"):
+        data = (workdir / name).read_bytes()
+        assert data[:4] == data[-4:] == b"PAR1"  # the Parquet magic, not CSV text
+        np.testing.assert_array_equal(pd.read_parquet(workdir / name)["prediction"], expected)
+    text = (workdir / "pred2.csv").read_text()
+    assert text.startswith("prediction\n") and "PAR1" not in text
+
+
+@pytest.mark.parametrize("labels", [[0, 1], ["low", "high"]], ids=["ints", "strings"])
+def test_class_labels_are_kept_as_given(workdir, monkeypatch, capsys, labels):
+    df = pd.read_csv(workdir / "train.csv")
+    df["label"] = np.where(df["y"] > df["y"].median(), labels[1], labels[0])
+    df.drop(columns="y").to_csv(workdir / "labels.csv", index=False)
+    res = _main(workdir, monkeypatch, capsys, "fit", "labels.csv", "-t", "label", "-m",
+                "kernel_ridge_classifier", "--cv", "3", "-o", "labels.npz")
+    assert res.returncode == 0, res.stderr
+    assert "3-fold cross-validated accuracy" in res.stdout
+    for out in ("labels_pred.csv", "labels_pred.parquet"):
+        res = _main(workdir, monkeypatch, capsys, "predict", "labels.npz", "labels.csv",
+                    "-o", out)
+        assert res.returncode == 0, res.stderr
+        read = pd.read_parquet if out.endswith("parquet") else pd.read_csv
+        pred = read(workdir / out)["prediction"]
+        assert set(pred) <= set(labels) and len(set(pred)) == 2  # 0/1 stay 0/1, not 1.0/0.0
+        accuracy = float(np.mean(pred.to_numpy() == df["label"].to_numpy()))
+        assert f"accuracy on labels.csv: {accuracy:.4f}" in res.stdout
+    if isinstance(labels[0], str):  # a regression refuses text targets with a useful hint
+        res = _main(workdir, monkeypatch, capsys, "fit", "labels.csv", "-t", "label", "-m",
+                    "kernel_ridge", "-o", "labels_reg.npz")
+        assert res.returncode == 1 and "choose a classifier" in res.stderr
+        assert "data row 1: 'low'" in res.stderr or "data row 1: 'high'" in res.stderr
+
+
+def test_sep_reads_and_writes_other_separators(workdir, monkeypatch, capsys):
+    df = pd.read_csv(workdir / "train.csv")
+    df.to_csv(workdir / "semi.csv", sep=";", index=False)
+    res = _main(workdir, monkeypatch, capsys, "fit", "semi.csv", "-t", "y", "-m",
+                "kernel_ridge", "--cv", "0", "-o", "semi.npz")
+    assert res.returncode == 1 and "use --sep ';'" in res.stderr  # read as one column
+    for name, sep in (("semi", ";"), ("train", None)):
+        res = _main(workdir, monkeypatch, capsys, "fit", f"{name}.csv", "-t", "y", "-m",
+                    "kernel_ridge", "--cv", "0", "-o", f"sep_{name}.npz",
+                    *(["--sep", sep] if sep else []))
+        assert res.returncode == 0, res.stderr
+    from kernelflow.io import load_model
+
+    new = pd.read_csv(workdir / "new.csv")
+    np.testing.assert_array_equal(load_model(workdir / "sep_semi.npz").predict(new),
+                                  load_model(workdir / "sep_train.npz").predict(new))
+    new.to_csv(workdir / "new_tab.tsv", sep="\t", index=False)
+    res = _main(workdir, monkeypatch, capsys, "predict", "sep_semi.npz", "new_tab.tsv",
+                "--sep", "tab", "-o", "semi_pred.csv")
+    assert res.returncode == 0, res.stderr
+    lines = (workdir / "semi_pred.csv").read_text().splitlines()
+    assert lines[0] == "prediction" and len(lines) == 11
+    res = _main(workdir, monkeypatch, capsys, "predict", "sep_semi.npz", "semi.csv",
+                "--sep", ";")
+    assert res.returncode == 0 and res.stdout.splitlines()[0] == "prediction"
+
+
+@pytest.mark.parametrize("column, row, value, expected", [
+    ("b", 7, "1,5", "column 'b' of cells.csv, data row 7: '1,5' is not a number"),
+    ("y", 3, "?", "column 'y' of cells.csv, data row 3: '?' is not a number"),
+    ("a", 80, "abc", "column 'a' of cells.csv, data row 80: 'abc' is not a number"),
+])
+def test_bad_cells_are_named_by_column_row_and_value(workdir, monkeypatch, capsys, column,
+                                                      row, value, expected):
+    _refuse_fit(monkeypatch)
+    df = pd.read_csv(workdir / "train.csv").astype(object)
+    df.loc[row - 1, column] = value
+    df.to_csv(workdir / "cells.csv", index=False)
+    res = _main(workdir, monkeypatch, capsys, "fit", "cells.csv", "-t", "y", "-m",
+                "kernel_ridge", "-o", "cells.npz")
+    assert res.returncode == 1 and expected in res.stderr, res.stderr
+    assert len(res.stderr.splitlines()) == 1
+
+
+def test_text_columns_and_missing_cells_name_a_row(workdir, monkeypatch, capsys):
+    res = _main(workdir, monkeypatch, capsys, "fit", "mixed.csv", "-t", "y", "-m",
+                "kernel_ridge", "-o", "mixed.npz")
+    assert res.returncode == 1 and "city (data row 1: 'x')" in res.stderr
+    df = pd.read_csv(workdir / "train.csv")
+    df.loc[4, "c"] = np.nan
+    df.to_csv(workdir / "holes.csv", index=False)
+    res = _main(workdir, monkeypatch, capsys, "fit", "holes.csv", "-t", "y", "-m",
+                "kernel_ridge", "-o", "holes.npz")
+    assert res.returncode == 1 and "first at data row 5 of column 'c'" in res.stderr
+
+
+def test_compare_is_fair_to_models_without_an_intercept(workdir, monkeypatch, capsys):
+    from kernelflow import cli
+
+    df = pd.read_csv(workdir / "train.csv")
+    df["y"] += 1000.0  # an offset that an intercept absorbs and a model without one cannot
+    df.to_csv(workdir / "offset.csv", index=False)
+    res = _main(workdir, monkeypatch, capsys, "compare", "offset.csv", "-t", "y", "--models",
+                "kernel_ridge,sklearn_kernel_ridge", "--cv", "3", "--scoring", "r2")
+    assert res.returncode == 0, res.stderr
+    assert "target centred at its training mean" in res.stdout
+    r2 = {line.split()[0]: float(re.search(r"([-\d.]+) \+- ", line).group(1))
+          for line in res.stdout.splitlines() if line.startswith(("kernel_ridge ", "sklearn"))}
+    assert r2["kernel_ridge"] == r2["sklearn_kernel_ridge"] > 0.8
+    # the same comparison at full precision: the models agree, fold by fold
+    from kernelflow.registry import get_estimator_class
+
+    X, y = df[["a", "b", "c"]], df["y"].to_numpy()
+    scores = {}
+    for name in ("kernel_ridge", "sklearn_kernel_ridge"):
+        cls = get_estimator_class(name)
+        model = cli.build_model(name, cli._configure(name, cls, "rbf", 1.3, 0.05), scale=True,
+                                center_target=True)
+        scores[name] = cli._cross_validate(model, X, y, 3, ["r2"], 0)["test_r2"]
+    np.testing.assert_allclose(scores["kernel_ridge"], scores["sklearn_kernel_ridge"],
+                               rtol=0, atol=1e-6)
+    uncentred = cli.build_model("sklearn_kernel_ridge", cli._configure(
+        "sklearn_kernel_ridge", get_estimator_class("sklearn_kernel_ridge"), "rbf", 1.3, 0.05),
+        scale=True)
+    worse = cli._cross_validate(uncentred, X, y, 3, ["r2"], 0)["test_r2"]
+    assert worse.mean() < scores["kernel_ridge"].mean() - 0.1  # what the centring removes
+
+
+def test_compare_says_which_models_did_not_converge(workdir, monkeypatch, capsys):
+    res = _main(workdir, monkeypatch, capsys, "compare", "train.csv", "-t", "y", "--models",
+                "sklearn_huber,kernel_ridge", "-p", "sklearn_huber:max_iter=2", "--cv", "3",
+                "--repeats", "2")
+    assert res.returncode == 0, res.stderr
+    rows = {line.split()[0]: line for line in res.stdout.splitlines()}
+    assert rows["sklearn_huber"].rstrip().endswith("no (6/6 fits)")
+    assert rows["kernel_ridge"].rstrip().endswith("yes")
+    assert "3-fold cross-validation repeated with 2 seeds" in res.stdout
+    assert "over 6 held-out folds" in res.stdout
+    res = _main(workdir, monkeypatch, capsys, "compare", "train.csv", "-t", "y", "--models",
+                "sklearn_huber", "--cv", "3")
+    huber = next(line for line in res.stdout.splitlines() if line.startswith("sklearn_huber"))
+    assert huber.rstrip().endswith("yes")  # by default it runs to convergence
 
 
 # ---------------------------------------------------------------------------------------------

@@ -523,6 +523,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from kernelflow.io import save_model
 
     stages = _stages(args)
+    if args.cv:
+        _check_folds(args.cv)
     check_output(args.output, "model file")  # before the data is read and the model fitted
     _check_plot(args.plot)
     params = parse_params(args.param).get(None, {})
@@ -535,8 +537,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         _note(f"no cross-validated score: {len(X)} rows are too few for --cv {args.cv}")
     elif args.cv:
         scoring = "accuracy" if classifier else "r2"
-        stages.say(f"{args.cv}-fold cross-validation of {args.model} on {len(X)} rows")
-        res = _cross_validate(model, X, y, args.cv, [scoring], args.seed, stages=stages)
+        res = _cross_validate(model, X, y, args.cv, [scoring], args.seed, stages=stages,
+                              announce=f"{args.cv}-fold cross-validation of {args.model} on "
+                                       f"{len(X)} rows")
         v = res[f"test_{scoring}"]
         cv_score = float(v.mean())
         cv_text = f"; {args.cv}-fold cross-validated {label} = {v.mean():.4f} +- {_sd(v):.4f}"
@@ -656,7 +659,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: int,
                     scoring: list[str], seed: int, *, repeats: int = 1,
-                    stages: _Stages | None = None, label: str = "") -> dict[str, Any]:
+                    stages: _Stages | None = None, label: str = "",
+                    announce: str | None = None) -> dict[str, Any]:
     """K-fold cross-validation (``repeats`` times with fresh folds), one line per fold.
 
     Returns scikit-learn's ``cross_validate`` keys (``fit_time``, ``test_<scorer>``,
@@ -668,12 +672,9 @@ def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: in
     from sklearn.metrics import get_scorer
     from sklearn.model_selection import RepeatedKFold, RepeatedStratifiedKFold
 
-    if cv < 2:
-        raise CLIError(f"--cv must be at least 2, got {cv}")
+    _check_folds(cv, repeats)
     if cv > len(X):
         raise CLIError(f"--cv {cv} is larger than the number of rows ({len(X)})")
-    if repeats < 1:
-        raise CLIError(f"--repeats must be at least 1, got {repeats}")
     try:
         scorers = {s: get_scorer(s) for s in scoring}
     except ValueError:
@@ -682,6 +683,8 @@ def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: in
     splitter = (RepeatedStratifiedKFold if _is_classifier(model) else RepeatedKFold)(
         n_splits=cv, n_repeats=repeats, random_state=seed)
     splits = list(splitter.split(X, y))
+    if stages is not None and announce:
+        stages.say(announce)
     out: dict[str, Any] = {"fit_time": [], "estimator": [], "converged": [],
                            **{f"test_{s}": [] for s in scoring}}
     for k, (train, test) in enumerate(splits):
@@ -710,16 +713,25 @@ def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: in
     return {k: (v if k in ("estimator", "converged") else np.asarray(v)) for k, v in out.items()}
 
 
+def _check_folds(cv: int, repeats: int = 1) -> None:
+    if cv < 2:
+        raise CLIError(f"--cv must be at least 2, got {cv}")
+    if repeats < 1:
+        raise CLIError(f"--repeats must be at least 1, got {repeats}")
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     import numpy as np
 
+    _check_folds(args.cv)
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
     X, y = _read_xy(args, labels=_is_classifier(model))
     scoring = _split_list(args.scoring) or _default_scoring(model)
     stages = _stages(args)
-    stages.say(f"{args.cv}-fold cross-validation of {args.model} on {len(X)} rows")
-    res = _cross_validate(model, X, y, args.cv, scoring, args.seed, stages=stages)
+    res = _cross_validate(model, X, y, args.cv, scoring, args.seed, stages=stages,
+                          announce=f"{args.cv}-fold cross-validation of {args.model} on "
+                                   f"{len(X)} rows")
     rows = []
     for name in scoring:
         v = _score_sign(name) * np.asarray(res[f"test_{name}"])
@@ -874,8 +886,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except ImportError as exc:
             raise CLIError(str(exc)) from None
     _check_plot(args.plot)
-    if args.repeats < 1:
-        raise CLIError(f"--repeats must be at least 1, got {args.repeats}")
+    _check_folds(args.cv, args.repeats)
     scoped = parse_params(args.param, models=set(names))
     for name in names:  # unknown or invalid parameters, before any fitting
         build_model(name, dict(scoped.get(name, {})), scale=False)
