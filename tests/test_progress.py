@@ -271,3 +271,36 @@ def test_verbose_0_estimators_are_silent_even_on_a_terminal(monkeypatch, capsys)
     X, y = _sine()
     KernelSignGradientCV(sigmas=[0.5], cv=3, max_iter=100, random_state=0).fit(X, y)
     assert capsys.readouterr().err == ""
+
+
+def test_doubly_stochastic_counts_the_rows_of_every_batch(no_tty, every_step, capsys):
+    from kernelflow.estimators import DoublyStochasticRegressor
+
+    X, y = _sine(200)
+    kw = dict(max_iter=3, batch_size=64, random_state=0)
+    quiet = DoublyStochasticRegressor(**kw).fit(X, y)
+    assert capsys.readouterr().err == ""
+    loud = DoublyStochasticRegressor(**kw, verbose=1).fit(X, y)
+    lines = capsys.readouterr().err.splitlines()
+    counts = [int(re.search(r": (\d+)/600 row", ln).group(1)) for ln in lines[:-1]]
+    # batches of 64, 64, 64, 8 rows per epoch of 200 rows
+    assert counts == [e * 200 + r for e in range(3) for r in (64, 128, 192, 200)]
+    assert lines[-1].startswith("DoublyStochasticRegressor: done, 600 row")
+    np.testing.assert_array_equal(quiet.predict(X), loud.predict(X))
+
+
+def test_hyperparameter_search_counts_its_evaluations(no_tty, every_step, capsys):
+    from kernelflow.kernels import Gaussian
+    from kernelflow.solvers.hyperparameters import learn_hyperparameters
+
+    X, y = _sine(50)
+    Xt, yt = torch.as_tensor(X), torch.as_tensor(y)
+    kw = dict(criterion="loo", n_starts=2, max_iter=8)
+    quiet = learn_hyperparameters(Xt, yt, Gaussian(1.0), **kw)
+    assert capsys.readouterr().err == ""
+    loud = learn_hyperparameters(Xt, yt, Gaussian(1.0), **kw, verbose=1)
+    lines = capsys.readouterr().err.splitlines()
+    # 3 penalty starts + 1 bandwidth start screened, one L-BFGS run of at most 10 evaluations
+    assert lines and all("/14 eval" in ln and "at most" in ln for ln in lines[:-1])
+    assert lines[-1].startswith("hyperparameters (loo): done")
+    assert quiet.alpha == loud.alpha and quiet.kernel.sigma == loud.kernel.sigma

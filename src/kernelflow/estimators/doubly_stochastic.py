@@ -246,17 +246,23 @@ class DoublyStochasticMixin(AtomicFitMixin):
             def validation_loss():
                 return self._validation_loss(model, Xv, Yv, swv)
 
+        # rows of every epoch's batches; early stopping (tol) makes max_iter epochs a bound
+        bar = progress(total=self.max_iter * len(train), desc=type(self).__name__, unit="row",
+                       verbose=self.verbose if verbose is None else verbose,
+                       upper_bound=self.tol is not None)
+
         def log(train_loss, score):
             self.loss_curve_.append(float(train_loss))
+            bar.set_postfix(loss=f"{train_loss:.4g}")
             logger.debug("epoch %d: train loss %.6g, monitored %.6g", len(self.loss_curve_),
                          train_loss, score)
 
-        epochs = progress(range(self.max_iter), total=self.max_iter, desc=type(self).__name__,
-                          verbose=self.verbose if verbose is None else verbose)
+        epochs = range(self.max_iter)
         self.n_iter_, _, _ = run_epochs(
             model, X, Y, sw, train, batch_size=int(self.batch_size_), epochs=epochs, rng=rng,
             shuffle=self.shuffle, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
-            validation_loss=validation_loss, offset=offset, on_epoch=log)
+            validation_loss=validation_loss, offset=offset, on_epoch=log, bar=bar)
+        bar.close()
         self._store_state()
         return self
 

@@ -519,13 +519,14 @@ def gp_posterior(kernel, X, y, X_star, *, noise_variance, n_iter=200, batch_size
 
 # ---- epochs: one loop for local rows and for a process's shard of the rows ----------------------
 def batch_pass(model: DoublyStochasticModel, X, Y, sample_weight, order, batch_size: int, *,
-               offset: int = 0) -> float:
+               offset: int = 0, bar=None) -> float:
     """One pass of mini-batches of ``batch_size`` rows of the data set in ``order``.
 
     ``order`` holds global row positions (numpy ints); this process holds rows ``offset`` to
     ``offset + len(X)`` (all rows on one process: ``offset=0``) and contributes those of every
     batch, and :meth:`DoublyStochasticModel.step` all-reduces the batch sums, so processes given
-    the same ``order`` take the same steps. Returns the mean progressive loss.
+    the same ``order`` take the same steps. ``bar`` (a progress bar) advances by the rows of
+    every batch. Returns the mean progressive loss.
     """
     order = np.asarray(order)
     n_local = X.shape[0]
@@ -537,13 +538,15 @@ def batch_pass(model: DoublyStochasticModel, X, Y, sample_weight, order, batch_s
         w = None if sample_weight is None else sample_weight[loc]
         total += model.step(X[loc], Y[loc], w) * len(g)
         count += len(g)
+        if bar is not None:
+            bar.update(len(g))
     return total / max(count, 1)
 
 
 def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batch_size: int,
                epochs, rng: np.random.RandomState, shuffle: bool = True, tol=None,
                n_iter_no_change: int = 5, validation_loss=None, offset: int = 0,
-               on_epoch=None):
+               on_epoch=None, bar=None):
     """Epochs of (shuffled) mini-batches over the rows ``train`` (global positions, numpy).
 
     ``epochs`` is an iterable of epoch numbers (for example a progress bar over
@@ -551,7 +554,8 @@ def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batc
     given, else the epoch's training loss; with ``tol`` not None an
     :class:`~kernelflow.utils.monitor.EarlyStopping` stops after ``n_iter_no_change`` epochs
     without an improvement by ``tol``. ``on_epoch(training_loss, monitored_loss)`` sees every
-    epoch. Returns ``(n_epochs, training_losses, monitor)``.
+    epoch. ``bar`` (a progress bar, :func:`kernelflow.utils.progress.progress`) advances by
+    the rows of every batch. Returns ``(n_epochs, training_losses, monitor)``.
 
     Examples
     --------
@@ -569,7 +573,8 @@ def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batc
     losses: list[float] = []
     for epoch in epochs:
         order = train[rng.permutation(len(train))] if shuffle else train
-        loss = float(batch_pass(model, X, Y, sample_weight, order, batch_size, offset=offset))
+        loss = float(batch_pass(model, X, Y, sample_weight, order, batch_size, offset=offset,
+                                bar=bar))
         losses.append(loss)
         score = validation_loss() if validation_loss is not None else loss
         if on_epoch is not None:
