@@ -151,11 +151,11 @@ class _tf32:
         self.on = on
 
     def __enter__(self):
-        self.saved = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = self.on
+        self.saved = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high" if self.on else "highest")
 
     def __exit__(self, *exc):
-        torch.backends.cuda.matmul.allow_tf32 = self.saved
+        torch.set_float32_matmul_precision(self.saved)
 
 
 # ---- (a) the tests --------------------------------------------------------------------------
@@ -264,13 +264,14 @@ def _peak(ctx: Context, dtype_label: str) -> tuple[float, float, float] | None:
     return spec["tf32" if dtype_label == TF32 else "fp32"], spec["exp32"], spec["bandwidth"]
 
 
-def _engine_row(ctx, op, n, m, d, dtype_label, options=None, device=None, repeat=2):
+def _engine_row(ctx, op, n, m, d, dtype_label, options=None, device=None, repeat=None):
     device = device or ctx.device
     dtype = torch.float64 if dtype_label == "float64" else torch.float32
     g = torch.Generator(device=device).manual_seed(0)
     X = torch.randn(n, d, dtype=dtype, device=device, generator=g)
     Z = None if m is None else torch.randn(m, d, dtype=dtype, device=device, generator=g)
     m_ = n if m is None else m
+    repeat = repeat or (1 if float(n) * m_ >= 1e9 else 3)  # after one warm-up call
     kern = Gaussian(math.sqrt(d))
     K = KernelOperator(kern, X, Z, options=options)
     rhs = torch.randn(m_ if op == "K·v" else n, dtype=dtype, device=device, generator=g)
@@ -324,8 +325,8 @@ def section_engine(ctx: Context) -> None:
         sweep = (4000, 500, 9, [2 * MiB, 64 * 1024])
     else:
         s, m4 = ctx.size, ctx.size(10_000, 200, 0.5)
-        shapes = [(s(100_000, 1000, 0.5), None, 9), (s(1_000_000, 2000), m4, 3),
-                  (s(1_000_000, 2000), m4, 9), (s(1_000_000, 2000), m4, 64),
+        shapes = [(s(1_000_000, 2000), m4, 9), (s(100_000, 1000, 0.5), None, 9),
+                  (s(1_000_000, 2000), m4, 64), (s(1_000_000, 2000), m4, 3),
                   (s(100_000, 1000), m4, 64)]
         dtypes = ["float32", TF32, "float64"]
         sweep = (s(1_000_000, 2000), m4, 9, [2 * MiB, 32 * MiB, 256 * MiB])
@@ -342,10 +343,12 @@ def section_engine(ctx: Context) -> None:
             _engine_row(ctx, "K·v", n, m, d, "float32", Options(tile_bytes=tb))
         except Exception as exc:  # noqa: BLE001
             ctx.failed_row(f"tile {tb}", exc)
-    for n, m, d in shapes:
+    for k, (n, m, d) in enumerate(shapes):
         for dt in dtypes:
-            for op in ("K·v", "Kᵀu") if m is not None else ("K·v",):
-                if ctx.time_left() < 5:
+            # Kᵀu for the first and the last (smallest) shapes only: the grid fits the allowance
+            both = m is not None and (k in (0, len(shapes) - 1) or ctx.quick)
+            for op in ("K·v", "Kᵀu") if both else ("K·v",):
+                if ctx.time_left() < (15 if ctx.cuda else 5):
                     ctx.note(f"left out {op} n={n} m={m} d={d} {dt}: time allowance")
                     continue
                 try:
@@ -534,27 +537,27 @@ def section_exact(ctx: Context) -> None:
             ctx.failed_row(name, exc)
     if not ctx.cuda:
         return
-    # the host CPU: the largest KRR whose cubic-cost estimate fits, then the paths
-    for n in sorted(krr):
-        if ctx.time_left() < 15:
-            break
-        if n != min(krr) and "cpu_krr" in ctx.record:
-            t_prev, n_prev = ctx.record["cpu_krr"]
-            if t_prev * (n / n_prev) ** 3 > 0.7 * ctx.time_left():
-                ctx.note(f"host CPU KRR n={n} left out: estimated "
-                         f"{t_prev * (n / n_prev) ** 3:.0f} s")
-                continue
-        r = _fit_row(ctx, "KernelRidge", lambda: KernelRidge(alpha=1e-3, sigma=3.0), n, cpu)
-        ctx.record["cpu_krr"] = (r["fit_s"], n)
-        ctx.headline.append(dict(item=f"exact KRR n={n} d=9 float64", device_s=krr[n]["fit_s"],
-                                 cpu_s=r["fit_s"], cpu_over_device=r["fit_s"] / krr[n]["fit_s"]))
+    # the host CPU: the paths, then the KRR sizes whose cubic-cost estimate fits
     for name, make in paths.items():
-        if name not in path_rows or ctx.time_left() < 15:
+        if name not in path_rows or ctx.time_left() < 20:
             continue
         r = _fit_row(ctx, name, make, n_path, cpu)
         ctx.headline.append(dict(item=f"{name} n={n_path}", device_s=path_rows[name]["fit_s"],
                                  cpu_s=r["fit_s"],
                                  cpu_over_device=r["fit_s"] / path_rows[name]["fit_s"]))
+    prev = None
+    for n in sorted(krr):
+        left = ctx.time_left()
+        if prev is not None and prev[0] * (n / prev[1]) ** 3 > left - 5:
+            ctx.note(f"host CPU KRR n={n} left out: estimated {prev[0] * (n / prev[1]) ** 3:.0f}"
+                     f" s from n={prev[1]}, {left:.0f} s left")
+            continue
+        if left < 10:
+            break
+        r = _fit_row(ctx, "KernelRidge", lambda: KernelRidge(alpha=1e-3, sigma=3.0), n, cpu)
+        prev = (r["fit_s"], n)
+        ctx.headline.append(dict(item=f"exact KRR n={n} d=9 float64", device_s=krr[n]["fit_s"],
+                                 cpu_s=r["fit_s"], cpu_over_device=r["fit_s"] / krr[n]["fit_s"]))
 
 
 # ---- (e) memory -----------------------------------------------------------------------------
@@ -596,10 +599,12 @@ def _table(rows: list[dict]) -> list[str]:
 def markdown(result: dict) -> str:
     dev = result["device"]
     lines = ["# kernelflow device check", ""]
-    if result["quick"] or dev["type"] != "cuda":
-        lines += ["> **CPU quick mode**" if dev["type"] == "cpu" else "> **quick mode**",
-                  "> (tiny sizes, a smoke test of the check itself): these are **not GPU "
-                  "figures**.", ""]
+    if dev["type"] != "cuda":
+        mode = "CPU quick mode" if result["quick"] else "CPU run"
+        lines += [f"> **{mode}** (a smoke test of the check itself, on the CPU): these are "
+                  "**not GPU figures**.", ""]
+    elif result["quick"] or result.get("scale", 1.0) != 1.0:
+        lines += ["> **quick or scaled-down mode**: not the sizes of the full check.", ""]
     name = dev.get("name")
     lines += [f"- device: {dev['type']} ({name}; {dev.get('cpus')} host CPUs)",
               f"- date: {result['date']}",
