@@ -11,19 +11,26 @@ the softmax (cross-entropy) loss plus the RKHS norm of the c functions. With P =
     H [V, v] = (K^T W S + alpha K_MM V,  1^T W S),  S_i = P_i * U_i - P_i (P_i . U_i),
     U = K V + 1 v^T.
 
-Each Newton step solves H d = -grad by preconditioned conjugate gradients
-(:func:`kernelflow.linalg.conjugate_gradient`, inexact: relative tolerance
-min(0.1, sqrt(||grad|| / ||grad_0||))) and takes the largest step 2^-j with Armijo decrease. The
-preconditioner is block diagonal over classes and Falkon's for the A block (Rudi et al. 2017;
-Meanti et al. 2020 reweight it in the same way for the logistic loss): with
-d_k = sum_i w_i P_ik (1 - P_ik) / W the average curvature of class k,
-K^T W_k K ~ d_k W / M K_MM^2, and the block is (d_k W / M K_MM^2 + alpha K_MM)^{-1}. The
-iteration runs in whitened coordinates A = U s^{-1/2} Theta (K_MM = U diag(s) U^T, eigenvalues
-below rounding level dropped: A could grow along them without changing f), where the penalty
-is alpha ||Theta||^2 and that block is the diagonal 1 / (d_k W s / M + alpha): one product per
-CG iteration for all classes, nothing to refactorise per Newton step. The intercepts get
-1 / (d_k W), projected on sum-zero vectors (softmax does not see a common shift of b, and the
-gradient and H keep b's part summing to zero).
+The iteration runs in whitened coordinates A = T Theta, T = U s^{-1/2} (K_MM = U diag(s) U^T,
+eigenvalues below rounding level dropped: A could grow along them without changing f), where the
+penalty is alpha ||Theta||^2. Each Newton step solves H d = -grad by preconditioned conjugate
+gradients (:func:`kernelflow.linalg.conjugate_gradient`), inexactly: relative tolerance
+min(0.1, sqrt(||grad|| / ||grad_0||)) (Eisenstat and Walker's forcing term), but never tighter
+than what brings the gradient to ``tol`` (no over-solving in the last step). One product K d
+per Newton step serves every trial of the Armijo backtracking (F(t) = F + t K d).
+
+The preconditioner is Falkon's (Rudi et al. 2017; Meanti et al. 2020 reweight it in the same
+way for the logistic loss), block diagonal over classes: with d_k = c / (c - 1)
+sum_i w_i P_ik (1 - P_ik) / W the average curvature of class k on vectors summing to zero over
+classes, K^T W_k K ~ d_k W / M K_MM^2, whose whitened block d_k W s / M + alpha is diagonal. The
+intercept b_k is nearly collinear with the functions of the span (a wide kernel holds the
+constants), so it is not left to a separate diagonal: the block is bordered by the intercept's
+row (curvature d_k W, coupling d_k W / M G^T 1 with G = K_MM T, the model at the centres) and
+inverted through the Schur complement of its diagonal part, O(r c) per application. The output
+is projected on vectors summing to zero over classes: softmax does not see a common shift of
+the c functions, the gradient and H keep every direction in that subspace, and the average
+curvature there is the c / (c - 1) multiple above (on which H's common mode, penalised by alpha
+only, would otherwise cost CG iterations).
 """
 
 from __future__ import annotations
@@ -84,7 +91,7 @@ def nystrom_logistic_newton(
 
     Stops when ||grad|| <= tol * ||grad at A = 0, b = 0|| or when no step decreases J any more
     (the objective is then flat to rounding). Cost: O(M^3) once (eigendecomposition of K_MM),
-    then two products with K, O(n M c) each, per CG iteration.
+    then two products with K, O(n M c) each, per Newton step and per CG iteration.
 
     Examples
     --------
@@ -114,92 +121,104 @@ def nystrom_logistic_newton(
     s_mm, U_mm = torch.linalg.eigh(0.5 * (K_mm + K_mm.T))
     keep = s_mm > float(s_mm.max().clamp_min(1e-300)) * max(1e-10, 10 * M * _EPS)
     T = U_mm[:, keep] / s_mm[keep].sqrt()
+    g_1 = U_mm[:, keep].sum(0) * s_mm[keep].sqrt()  # (K_MM T)^T 1
     lam_mm = s_mm[keep]
     r_dim = int(keep.sum())
 
-    def mm(Th):
-        return matmul(T @ Th)
-
-    def tmm(R):
-        return T.T @ t_matmul(R)
-
-    A = torch.zeros(r_dim, c, dtype=_F64)
-    b = torch.zeros(c, dtype=_F64)
+    def split(v):
+        VA = v[:r_dim * c].reshape(r_dim, c)
+        return VA, (v[r_dim * c:] if fit_intercept else None)
 
     def wcol(Z):
         return Z if w is None else Z * w[:, None]
 
-    def state(A, b):
-        F = mm(A) + b
-        return F, A, softmax_objective(F, labels, w, A, A, alpha)
-
-    def gradient(P, KmA):
+    def gradient(P, Th):
         R = wcol(P - Y)
-        gA = tmm(R) + alpha * KmA
+        gA = T.T @ t_matmul(R) + alpha * Th
         gb = R.sum(0) if fit_intercept else R.new_zeros(0)
         return torch.cat([gA.reshape(-1), gb])
 
-    F, KmA, J = state(A, b)
+    def objective(F, Th):
+        return float(softmax_objective(F, labels, w, Th, Th, alpha))
+
+    Th = torch.zeros(r_dim, c, dtype=_F64)
+    b = torch.zeros(c, dtype=_F64)
+    F = torch.zeros(n, c, dtype=_F64)
+    J = objective(F, Th)
     P = torch.softmax(F, 1)
-    g = gradient(P, KmA)
+    g = gradient(P, Th)
     g0 = float(torch.linalg.vector_norm(g))
     norms, cg_its = [g0], []
     converged = g0 == 0.0
     k = 0
     while not converged and k < max_iter:
         k += 1
-        d = (wcol(P * (1.0 - P)).sum(0) / W).clamp_min(1e-8)  # (c,) average curvatures
-        # Falkon's (d W / M K_MM^2 + alpha K_MM)^{-1} in whitened coordinates: diagonal
-        diag = 1.0 / (d[None, :] * W * (lam_mm[:, None] / M) + alpha)  # (r, c)
+        # (c,) average curvatures on sum-zero vectors
+        d = (wcol(P * (1.0 - P)).sum(0) / W * (c / (c - 1))).clamp_min(1e-8)
+        # Falkon's (d W / M K_MM^2 + alpha K_MM)^{-1} in whitened coordinates, diagonal,
+        # bordered by the intercept row (d W, its coupling d W / M G^T 1): the inverse by the
+        # Schur complement of the diagonal block, O(r c).
+        diag = d[None, :] * W * (lam_mm[:, None] / M) + alpha  # (r, c)
+        u = d[None, :] * (W / M) * g_1[:, None]  # (r, c)
+        schur = (d * W - (u * u / diag).sum(0)).clamp_min(_EPS * d * W)  # (c,)
 
-        def precondition(r, diag=diag, d=d):
-            r = r[:, 0]
-            zA = diag * r[:r_dim * c].reshape(r_dim, c)
+        def apply_aug(R, diag=diag, u=u, schur=schur):
+            rA = R[:r_dim]
             if not fit_intercept:
-                return zA.reshape(-1, 1)
-            rb = r[r_dim * c:]
-            zb = (rb - rb.mean()) / (d * W)
-            zb = zb - zb.mean()
-            return torch.cat([zA.reshape(-1), zb]).reshape(-1, 1)
+                return rA / diag
+            zb = (R[r_dim] - (u * rA / diag).sum(0)) / schur
+            return torch.cat([(rA - u * zb) / diag, zb[None]], 0)
+
+        def precondition(r, apply_aug=apply_aug):
+            rA, rb = split(r[:, 0])
+            R = rA if rb is None else torch.cat([rA, rb[None]], 0)
+            Z = apply_aug(R)
+            Z = Z - Z.mean(1, keepdim=True)  # stay on vectors summing to zero over classes
+            return torch.cat([Z[:r_dim].reshape(-1), Z[r_dim:].reshape(-1)]).reshape(-1, 1)
 
         def hess(v, P=P):
-            v = v[:, 0]
-            VA = v[:r_dim * c].reshape(r_dim, c)
-            U = mm(VA)
-            if fit_intercept:
-                U = U + v[r_dim * c:]
-            S = P * U - P * (P * U).sum(1, keepdim=True)
-            S = wcol(S)
-            hA = tmm(S) + alpha * VA
+            VA, vb = split(v[:, 0])
+            U = matmul(T @ VA)
+            if vb is not None:
+                U = U + vb
+            S = wcol(P * U - P * (P * U).sum(1, keepdim=True))
+            hA = T.T @ t_matmul(S) + alpha * VA
             hb = S.sum(0) if fit_intercept else S.new_zeros(0)
             return torch.cat([hA.reshape(-1), hb]).reshape(-1, 1)
 
         rel = norms[-1] / g0
-        res = conjugate_gradient(hess, -g, tol=max(min(0.1, rel**0.5), 1e-14),
-                                 max_iter=cg_max_iter, preconditioner=precondition)
+        forcing = max(min(0.1, rel**0.5), min(0.5, 0.5 * tol / rel), 1e-14)
+        res = conjugate_gradient(hess, -g, tol=forcing, max_iter=cg_max_iter,
+                                 preconditioner=precondition)
         cg_its.append(res.n_iter)
-        step = res.x
+        step = res.x[:, 0] if res.x.ndim == 2 else res.x
         slope = float(g @ step)
         if not slope < 0:  # not a descent direction (CG broke down): steepest descent
             step, slope = -g, -float(g @ g)
+        dA, db = split(step)
+        dF = matmul(T @ dA)  # one product for every trial step
+        if db is not None:
+            dF = dF + db
         t, accepted = 1.0, False
         for _ in range(40):
-            A_new = A + t * step[:r_dim * c].reshape(r_dim, c)
-            b_new = b + t * step[r_dim * c:] if fit_intercept else b
-            F_new, KmA_new, J_new = state(A_new, b_new)
-            if float(J_new) <= float(J) + 1e-4 * t * slope:
+            Th_new = Th + t * dA
+            F_new = F + t * dF
+            J_new = objective(F_new, Th_new)
+            if J_new <= J + 1e-4 * t * slope:
                 accepted = True
                 break
             t *= 0.5
         if not accepted:  # J is flat to rounding around the iterate
             break
-        A, b, F, KmA, J = A_new, b_new, F_new, KmA_new, J_new
+        Th, F, J = Th_new, F_new, J_new
+        if db is not None:
+            b = b + t * db
         P = torch.softmax(F, 1)
-        g = gradient(P, KmA)
+        g = gradient(P, Th)
         norms.append(float(torch.linalg.vector_norm(g)))
         logger.debug("Newton %d: J = %.10g, |grad| = %.3g, %d CG iterations, step %.3g",
-                     k, float(J), norms[-1], res.n_iter, t)
+                     k, J, norms[-1], res.n_iter, t)
         converged = norms[-1] <= tol * g0
     converged = converged or norms[-1] <= max(tol, 1e-8) * g0
-    return LogisticSolution(coef=T @ A, intercept=b, n_iter=k, converged=bool(converged),
-                            objective=float(J), gradient_norms=norms, cg_iterations=cg_its)
+    return LogisticSolution(coef=T @ Th, intercept=b, n_iter=k, converged=bool(converged),
+                            objective=J, gradient_norms=norms, cg_iterations=cg_its)
