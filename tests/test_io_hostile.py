@@ -25,6 +25,7 @@ import hypothesis
 import numpy as np
 import pytest
 from hypothesis import strategies as st
+from sklearn.base import BaseEstimator, RegressorMixin
 
 from kernelflow.io import (
     CHECKSUM_KEY,
@@ -511,8 +512,7 @@ def test_file_without_metadata_checksum_is_refused_unless_allowed(saved, model_b
     loaded = load_model(saved, allow_unsigned=True)
     np.testing.assert_array_equal(loaded.predict(model_bytes[2]), model_bytes[1])
     _edit(saved, lambda meta, arrays: _set_param(meta, "sigma", 5.0), forge=False)
-    assert not np.array_equal(load_model(saved, allow_unsigned=True).predict(model_bytes[2]),
-                              model_bytes[1])  # unsigned: the edit is what opting in accepts
+    assert load_model(saved, allow_unsigned=True).sigma == 5.0  # what opting in accepts
     with pytest.raises(ModelFileError, match="no metadata_sha256"):
         load_model(saved)
 
@@ -690,3 +690,368 @@ def test_fuzz_edited_metadata(model_bytes, tmp_path_factory, choice, value, forg
             pass
     else:
         _check_identical_or_refused(path, expected, X_new)
+
+
+# ---------------------------------------------------------------------------------------------
+# what a loaded model may do: the trust model on values (memory, processes, shadowing, sizes)
+# ---------------------------------------------------------------------------------------------
+def _class_nodes(node, cls_suffix):
+    """Every estimator/object/dataclass node of the metadata whose class ends with the suffix."""
+    if isinstance(node, dict):
+        if str(node.get("class", "")).endswith(cls_suffix):
+            yield node
+        for value in node.values():
+            yield from _class_nodes(value, cls_suffix)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _class_nodes(value, cls_suffix)
+
+
+def _set_item(node, section, name, value):
+    """Set ``name`` in the ``params``/``state``/``fields`` dict node of a class node."""
+    items = node[section]["items"]
+    for item in items:
+        if item[0] == name:
+            item[1] = value
+            return
+    items.append([name, value])
+
+
+def _forge_class(path, cls_suffix, section, name, value):
+    def edit(meta, arrays):
+        nodes = list(_class_nodes(meta["estimator"], cls_suffix))
+        assert nodes, f"no {cls_suffix} in the file"
+        for node in nodes:
+            _set_item(node, section, name, value)
+
+    return _edit(path, edit)
+
+
+class _RunsCommand:
+    """Unpickling this runs a shell command: what a planted joblib cache entry can hold."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _scaled_kernel_ridge(memory=None):
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from kernelflow.estimators import KernelRidge
+
+    return Pipeline([("scale", StandardScaler()), ("model", KernelRidge(alpha=0.1))],
+                    memory=memory)
+
+
+def test_pipeline_memory_cache_is_refused_and_its_command_never_runs(tmp_path):
+    import pickle
+
+    X, y, _ = _data()
+    cache, marker = tmp_path / "cache", tmp_path / "MARKER"
+    # the attacker's side: a cache entry for training data they know, replaced by a payload
+    _scaled_kernel_ridge(memory=str(cache)).fit(X, y)
+    for entry in cache.rglob("output.pkl"):
+        entry.write_bytes(pickle.dumps(_RunsCommand(marker)))
+    # the chain is real: a pipeline with that cache runs the command when it is fitted
+    with pytest.raises(TypeError):
+        _scaled_kernel_ridge(memory=str(cache)).fit(X, y)
+    assert marker.exists()
+    marker.unlink()
+    before = sorted(p.name for p in cache.rglob("*"))
+    path = save_model(_scaled_kernel_ridge().fit(X, y), tmp_path / "pipe.npz")
+    _forge_class(path, "Pipeline", "params", "memory", str(cache))
+    with pytest.raises(ModelFileError, match="memory=.*may not name a cache"):
+        load_model(path)
+    assert not marker.exists()
+    assert sorted(p.name for p in cache.rglob("*")) == before
+
+
+@pytest.mark.parametrize(("build", "cls_suffix"), [
+    ("feature_union", "FeatureUnion"),
+    ("lasso_cv", "LassoCV"),
+    ("linear_regression", "LinearRegression"),
+    ("kernel_pca", "KernelPCA"),
+])
+@pytest.mark.parametrize("n_jobs", [12, -1, 2, "12"])
+def test_worker_processes_are_refused(tmp_path, build, cls_suffix, n_jobs):
+    from sklearn.decomposition import PCA, KernelPCA
+    from sklearn.linear_model import LassoCV, LinearRegression
+    from sklearn.pipeline import make_pipeline, make_union
+
+    X, y, _ = _data()
+    model = {
+        "feature_union": make_union(PCA(1), PCA(2)),
+        "lasso_cv": LassoCV(cv=2),
+        "linear_regression": LinearRegression(),
+        "kernel_pca": KernelPCA(2),
+    }[build]
+    path = save_model(make_pipeline(model).fit(X, y), tmp_path / "m.npz")
+    assert load_model(path)  # n_jobs=None as saved: loads
+    _forge_class(path, cls_suffix, "params", "n_jobs", n_jobs)
+    with pytest.raises(ModelFileError, match="n_jobs=.*worker processes"):
+        load_model(path)
+
+
+@pytest.mark.parametrize("path", [
+    "sklearn.decomposition._dict_learning:DictionaryLearning",
+    "sklearn.decomposition._dict_learning:MiniBatchDictionaryLearning",
+    "sklearn.decomposition._dict_learning:SparseCoder",
+    "sklearn.decomposition._lda:LatentDirichletAllocation",
+    "sklearn.decomposition._sparse_pca:SparsePCA",
+    "sklearn.decomposition._nmf:NMF",
+    "sklearn.kernel_approximation:PolynomialCountSketch",
+])
+def test_scikit_learn_classes_that_cannot_be_bounded_are_refused(saved, path):
+    assert lookup_model_class(path) is None
+    _edit(saved, lambda meta, arrays: meta["estimator"].update({"class": path, "name": None}))
+    with pytest.raises(ModelFileError, match="refusing to load class"):
+        load_model(saved)
+
+
+# ---- scikit-learn's libsvm models: compiled prediction on the stored arrays ------------------
+def _svm(kind):
+    from sklearn.svm import SVC, SVR, NuSVR, OneClassSVM
+
+    X, y, _ = _data(n=30, d=3)
+    return {
+        "svc": lambda: SVC().fit(X, y > 0.5),
+        "svc3": lambda: SVC(decision_function_shape="ovo").fit(X, (3 * y).astype(int)),
+        "precomputed": lambda: SVC(kernel="precomputed").fit(X @ X.T, y > 0.5),
+        "svr": lambda: SVR().fit(X, y),
+        "nu_svr": lambda: NuSVR(kernel="linear").fit(X, y),
+        "one_class": lambda: OneClassSVM().fit(X),
+    }[kind]()
+
+
+@pytest.mark.parametrize("kind", ["svc", "svc3", "precomputed", "svr", "nu_svr", "one_class"])
+def test_libsvm_models_round_trip(tmp_path, kind):
+    model = _svm(kind)
+    X_new = _data(1, n=5, d=3)[0]
+    X_new = X_new @ _data(n=30, d=3)[0].T if kind == "precomputed" else X_new
+    loaded = load_model(save_model(model, tmp_path / "svm.npz"))
+    np.testing.assert_array_equal(loaded.predict(X_new), model.predict(X_new))
+    if hasattr(model, "decision_function"):
+        np.testing.assert_array_equal(loaded.decision_function(X_new),
+                                      model.decision_function(X_new))
+
+
+def _array_node(arrays, meta, value):
+    key = f"a{len(arrays)}"
+    value = np.asarray(value)
+    arrays[key] = value
+    meta["arrays"][key] = {"dtype": value.dtype.str, "shape": list(value.shape), "sha256": ""}
+    return {"type": "ndarray", "key": key}
+
+
+def _libsvm_forgeries():
+    return [
+        ("precomputed", "support_", lambda sv: np.full(len(sv), 10**6, np.int32), "outside"),
+        ("precomputed", "_n_support", lambda sv: np.array([500, 500], np.int32), "add up"),
+        ("svc", "_dual_coef_", lambda sv: np.ones((1, 2)), "_dual_coef_ has shape"),
+        ("svc", "support_vectors_", lambda sv: np.ones((2, 3)), "support_vectors_ has shape"),
+        ("svc", "_intercept_", lambda sv: np.ones(0), "_intercept_ has shape"),
+        ("svc", "support_", lambda sv: sv.astype(np.int64), "must be int32"),
+        ("svr", "support_vectors_", lambda sv: np.ones((len(sv), 3), np.float32),
+         "must be float64"),
+        ("svr", "support_vectors_", lambda sv: np.asfortranarray(np.ones((len(sv), 3))),
+         "C-contiguous"),
+        ("svr", "_n_support", lambda sv: np.array([1, 1], np.int32), "_n_support must be"),
+        ("svr", "_probA", lambda sv: np.ones(7), "_probA"),
+        ("one_class", "_dual_coef_", lambda sv: np.full((1, len(sv)), np.nan), "non-finite"),
+        ("svc3", "classes_", lambda sv: np.arange(5), r"same \(at least two\) classes"),
+    ]
+
+
+@pytest.mark.parametrize(("kind", "name", "forge", "match"), _libsvm_forgeries())
+def test_forged_libsvm_state_is_refused(tmp_path, kind, name, forge, match):
+    # predicting with such a state reads and writes outside libsvm's buffers: a crash or heap
+    # garbage returned as predictions; the loader refuses it before any prediction can run
+    model = _svm(kind)
+    path = save_model(model, tmp_path / "svm.npz")
+    assert load_model(path) is not None
+
+    def edit(meta, arrays):
+        node = _array_node(arrays, meta, forge(model.support_))
+        _set_item(meta["estimator"], "state", name, node)
+
+    _edit(path, edit)
+    with pytest.raises(ModelFileError, match=match):
+        load_model(path)
+
+
+def test_forged_libsvm_public_and_private_copies_must_agree(tmp_path):
+    model = _svm("svr")
+    path = save_model(model, tmp_path / "svm.npz")
+
+    def edit(meta, arrays):
+        _set_item(meta["estimator"], "state", "intercept_",
+                  _array_node(arrays, meta, model.intercept_ + 1e300))
+
+    _edit(path, edit)
+    with pytest.raises(ModelFileError, match="intercept_ does not match"):
+        load_model(path)
+
+
+def test_forged_precomputed_svc_crashes_without_the_check(tmp_path):
+    # the danger the check removes, shown in a child process so that a crash cannot take the
+    # test run with it: the same forged state set by hand (not loaded) and used to predict
+    script = textwrap.dedent("""
+        import numpy as np
+        from sklearn.svm import SVC
+        rng = np.random.RandomState(0)
+        X = rng.rand(30, 3)
+        model = SVC(kernel="precomputed").fit(X @ X.T, rng.rand(30) > 0.5)
+        model.support_ = np.full(len(model.support_), 10**8, np.int32)
+        out = model.decision_function(rng.rand(4, 3) @ X.T)
+        print("FINITE" if np.isfinite(out).all() and np.abs(out).max() < 1e6 else "GARBAGE")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    # killed by a signal (a segmentation fault here) or values read from outside the buffers
+    assert proc.returncode < 0 or "GARBAGE" in proc.stdout, (proc.returncode, proc.stderr[-500:])
+
+
+# ---- sizes declared by metadata ---------------------------------------------------------------
+def test_string_dtype_bomb_is_refused_before_allocating(saved):
+    import resource
+
+    def edit(meta, arrays):
+        _set_item(meta["estimator"], "state", "feature_names_in_", {
+            "type": "str_array", "dtype": "<U999999", "shape": [300], "values": ["x"] * 300})
+
+    _edit(saved, edit)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ModelFileError, match="does not fit values of at most 1 characters"):
+        load_model(saved)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200 * 1024  # KiB
+
+
+@pytest.mark.parametrize("value", ["<U999999", "|S999999", "<U1000"])
+def test_wide_string_dtype_objects_are_refused(saved, value):
+    _edit(saved, lambda meta, arrays: _set_item(meta["estimator"], "state", "dtype_",
+                                                {"type": "numpy_dtype", "value": value}))
+    with pytest.raises(ModelFileError, match="unsupported NumPy dtype"):
+        load_model(saved)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("memory_budget", 2**50),
+    ("memory_budget", 0),
+    ("memory_fraction", 5.0),
+    ("tile_bytes", 2**33),
+    ("tile_elements", 2**40),
+    ("cholesky_max_size", 10**7),
+    ("cg_tol", -1.0),
+    ("device", "cuda:1; rm -rf /"),
+    ("accumulate_float64", "yes"),
+])
+def test_engine_option_bombs_are_refused(tmp_path, field, value):
+    from kernelflow.estimators import KernelRidge
+    from kernelflow.operators import Options
+
+    X, y, _ = _data()
+    path = save_model(KernelRidge(alpha=0.1, options=Options()).fit(X, y), tmp_path / "m.npz")
+    assert load_model(path).options == Options()
+    _forge_class(path, "operators:Options", "fields", field, value)
+    with pytest.raises(ModelFileError, match=f"Options.{field}"):
+        load_model(path)
+
+
+def test_size_like_fields_beyond_the_budget_are_refused(tmp_path):
+    from kernelflow.estimators import DoublyStochasticRegressor
+
+    X, y, _ = _data()
+    model = DoublyStochasticRegressor(max_iter=2, random_state=0).fit(X, y)
+    path = save_model(model, tmp_path / "m.npz")
+    for name, value in [("block_size", 2**60), ("cache_bytes", 2**62), ("max_blocks", 2**61)]:
+        path.write_bytes(save_model(model, tmp_path / "again.npz").read_bytes())
+        _forge_class(path, "DoublyStochasticModel", "state", name, value)
+        with pytest.raises(ModelFileError, match=f"{name}=.*memory budget"):
+            load_model(path)
+
+
+def _gaussian_node(sigma=1.0):
+    return {"type": "object", "class": "kernelflow.kernels:Gaussian",
+            "params": {"type": "dict", "items": [["sigma", sigma]]}}
+
+
+@pytest.mark.parametrize("parts", [65, 80_000])
+def test_wide_composite_kernels_are_refused(saved, parts):
+    from kernelflow import _trust
+
+    assert parts > _trust.MAX_KERNEL_PARTS
+    wide = {"type": "object", "class": "kernelflow.kernels:Additive", "params": {
+        "type": "dict", "items": [["parts", {"type": "list", "items": [
+            {"type": "tuple", "items": [{"type": "list", "items": [0]}, _gaussian_node()]}
+            for _ in range(parts)]}]]}}
+    _edit(saved, lambda meta, arrays: _set_item(meta["estimator"], "state", "kernel_", wide))
+    with pytest.raises(ModelFileError,
+                       match=f"composite kernel of {parts + 1} kernels|more than 10000 objects"):
+        load_model(saved)
+
+
+def test_a_composite_kernel_within_the_bound_loads(tmp_path):
+    from kernelflow.estimators import KernelRidge
+    from kernelflow.kernels import Additive, Gaussian
+
+    X, y, X_new = _data()
+    model = KernelRidge(alpha=0.1, kernel=Additive([([0], Gaussian(0.5)), ([1], Gaussian(1.0))]))
+    model.fit(X, y)
+    loaded = load_model(save_model(model, tmp_path / "m.npz"))
+    np.testing.assert_array_equal(loaded.predict(X_new), model.predict(X_new))
+
+
+# ---- names: nothing a file sets may shadow the class --------------------------------------------
+@pytest.mark.parametrize("name", ["predict", "fit", "score", "get_params", "_validate_params",
+                                  "__class__", "__dict__", "_parameter_constraints",
+                                  "kernel.x", "1abc", ""])
+def test_state_names_that_shadow_or_are_not_identifiers_are_refused(saved, name):
+    _edit(saved, lambda meta, arrays: _set_item(meta["estimator"], "state", name,
+                                                _gaussian_node()))
+    with pytest.raises(ModelFileError, match="shadow|identifier|dunder"):
+        load_model(saved)
+
+
+def test_shadowing_inside_nested_objects_is_refused(tmp_path):
+    from kernelflow.estimators import DoublyStochasticRegressor
+
+    X, y, _ = _data()
+    path = save_model(DoublyStochasticRegressor(max_iter=2, random_state=0).fit(X, y),
+                      tmp_path / "m.npz")
+    _forge_class(path, "DoublyStochasticModel", "state", "decision_function", 1.0)
+    with pytest.raises(ModelFileError,
+                       match="would shadow DoublyStochasticModel.decision_function"):
+        load_model(path)
+
+
+def test_state_that_is_a_parameter_or_not_fitted_state_is_refused(saved):
+    _edit(saved, lambda meta, arrays: _set_item(meta["estimator"], "state", "alpha", 5.0))
+    with pytest.raises(ModelFileError, match="is a constructor parameter"):
+        load_model(saved)
+    _edit(saved, lambda meta, arrays: (meta["estimator"]["state"]["items"].pop(),
+                                       _set_item(meta["estimator"], "state", "plain", 5.0)))
+    with pytest.raises(ModelFileError, match="neither fitted state"):
+        load_model(saved)
+
+
+def test_parameters_outside_the_class_constraints_are_refused(saved):
+    _edit(saved, lambda meta, arrays: _set_param(meta, "alpha", -1.0))
+    with pytest.raises(ModelFileError, match="parameters outside what KernelRidge accepts"):
+        load_model(saved)
+
+
+class _WritesLogs(RegressorMixin, BaseEstimator):
+    def __init__(self, log_file=None):
+        self.log_file = log_file
+
+
+def test_path_valued_parameters_are_refused(tmp_path):
+    path = save_model(_WritesLogs(), tmp_path / "m.npz")
+    assert load_model(path, trusted=[_WritesLogs]).log_file is None
+    _edit(path, lambda meta, arrays: _set_param(meta, "log_file", str(tmp_path / "x.log")))
+    with pytest.raises(ModelFileError, match="may not name a file or directory"):
+        load_model(path, trusted=[_WritesLogs])
