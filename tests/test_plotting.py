@@ -252,3 +252,66 @@ def test_demo_figure_shows_rmse_per_method(tmp_path):
     assert "RMSE (MPa)" in right.get_xlabel() and "(MPa)" in left.get_xlabel()
     assert [t.get_text() for t in right.texts] == ["8.60", "22.00"]
     _png(fig, tmp_path, "demo")
+
+
+# ---------------------------------------------------------------------------------------------
+# labels name the criterion; landmark curves have distinct colours and show their spread
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, params, ylabel", [
+    ("sign_gradient", {"validation_loss": "huber"}, "validation Huber loss (MPa)"),
+    ("sign_gradient", {"validation_loss": "absolute"}, "validation mean absolute error (MPa)"),
+    ("gradient_descent", {"validation_loss": "squared"}, "validation MSE (MPa²)"),
+    ("huber_gradient_descent", {}, "validation Huber loss (MPa)"),
+    ("kernel_ridge_cv", {"sigmas": [0.3, 1.0]}, "leave-one-out MSE (MPa²)"),
+    ("kernel_ridge_cv", {"sigmas": [0.3, 1.0], "cv": 3}, "cross-validated MSE (MPa²)"),
+    ("sign_gradient_cv", {"cv": 2, "sigmas": [0.5, 1.0], "max_iter": 200},
+     "cross-validated Huber loss (MPa)"),
+    ("nystrom_robust", {"n_components": 20, "loss": "absolute", "early_stopping": True,
+                        "random_state": 0}, "validation mean absolute error (MPa)"),
+])
+def test_path_plots_name_the_criterion_the_estimator_used(name, params, ylabel):
+    import warnings
+
+    from kernelflow.registry import get_estimator_class
+
+    cls = get_estimator_class(name)
+    rng = np.random.RandomState(0)
+    X = rng.uniform(-2, 2, size=(60, 1))
+    y = np.sin(2 * X[:, 0]) + 0.1 * rng.randn(60)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = cls(**{"random_state": 0, **params} if "random_state" in cls().get_params()
+                  else params).fit(X, y)
+    ax = plotting.plot_estimator_path(est, unit="MPa").axes[0]
+    assert ax.get_ylabel() == ylabel
+
+
+def test_landmark_curves_have_distinct_colours_and_spread(tmp_path):
+    from matplotlib.colors import to_hex
+
+    rng = np.random.RandomState(0)
+    ms = [5, 10, 20]
+    selectors = {f"sel{i}": (lambda X, m, rs, i=i: X[np.random.RandomState(rs + 100 * i)
+                                                     .choice(len(X), m, replace=False)])
+                 for i in range(10)}
+    X = rng.randn(80, 2)
+    curves = plotting.nystrom_error_curve(X, Gaussian(1.0), ms, selectors=selectors,
+                                          n_trials=4, random_state=3)
+    assert all(c.shape == (4, 3) for c in curves.values())
+    # trial t uses seed random_state + t: the first trial is the single-trial curve
+    single = plotting.nystrom_error_curve(X, Gaussian(1.0), ms, selectors=selectors,
+                                          random_state=3)
+    np.testing.assert_allclose(curves["sel0"][0], single["sel0"])
+    ax = plotting.plot_nystrom_error(ms, curves).axes[0]
+    colours = [to_hex(line.get_color()) for line in ax.lines]
+    assert len(set(colours)) == 10  # ten selectors, ten colours (tab10)
+    assert len(ax.collections) == 10  # one band per selector
+    for line, band, (name, c) in zip(ax.lines, ax.collections, curves.items()):
+        np.testing.assert_allclose(line.get_ydata(), c.mean(axis=0))
+        verts = band.get_paths()[0].vertices
+        sd = c.std(axis=0, ddof=1)
+        assert verts[:, 1].max() == pytest.approx((c.mean(axis=0) + sd).max())
+        assert line.get_label() == f"{name} (mean ± sd, 4 trials)"
+    _png(ax.figure, tmp_path, "landmarks")
+    with pytest.raises(ValueError, match="n_trials"):
+        plotting.nystrom_error_curve(X, Gaussian(1.0), ms, n_trials=0)
