@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -434,6 +435,25 @@ DEFAULT_TOL = {torch.float64: 1e-3, torch.float32: 1e-3}
 #: The direct solve with float32 kernel values leaves out directions of K_MM whose eigenvalue s
 #: is below ``_NOISE_FLOOR (eps d)^2 / lam`` (see :func:`_direct_solve`)
 _NOISE_FLOOR = 1.0
+#: The direct solve forms the Gram of the whitened rows (K_nM F)^T (K_nM F) instead of
+#: F^T (K_nM^T K_nM) F when :func:`_squared_gram_error` exceeds this. Measured (n = 20 000,
+#: M = 500, 9-d Gaussian data): an error bound of 4 still gave the minimum to rounding (sigma = 3,
+#: lam = 1e-10), 16 left 3e-6 of the objective (sigma = 10, lam = 1e-6), 1.6e3 left 62 %.
+_SQUARED_GRAM_MAX = 10.0
+#: The direct solve is refined by float64 CG when its residual of (3), recomputed from the rows,
+#: exceeds ``_CHECK_SLACK`` times its rounding level (:func:`_gradient_residual`) and the bound
+#: ||r||^2 / lam on the objective's excess exceeds ``_CHECK_EXCESS`` times the decrease
+#: b^T beta. Measured (M = 300-1000, sigma = 1-20, lam = 1e-4 to 1e-12): whitened solves
+#: 3-5 times the level, float32 0.02-1.4, the plain Gram 5e2-4e4 times with an excess bound
+#: below 1e-11; the plain Gram at sigma = 10, lam = 1e-8 (62 % above the minimum): 1e5 times,
+#: excess bound 0.2.
+_CHECK_SLACK = 100.0
+_CHECK_EXCESS = 1e-8
+#: The check pass is skipped when :func:`_squared_gram_error` is below this: the plain Gram is
+#: then accurate by the bound itself, which overestimates (a bound of 0.014 left a residual of
+#: 2e-7 and an objective excess below 1e-12; a bound of 4 was exact to rounding), and the
+#: well-conditioned case keeps its cost
+_CHECK_MIN = 0.1
 #: CG steps whose energies are summed for the stopping rule's error estimate
 _CHANGE_WINDOW = 4
 
@@ -483,9 +503,29 @@ def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
     product in float64 (a float32 Gram loses the small eigenvalues that a small penalty needs).
     Cost O(n M (M + d)), memory O(M^2) plus a block.
     """
+    G, _ = _gram_pass(source, kernel, centers, dtype=dtype, options=options,
+                      block_size=block_size, cache=cache)
+    return G
+
+
+def _gram_pass(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
+               whiten: torch.Tensor | None = None,  # shape: (M, r)
+               y_offset: torch.Tensor | None = None,  # shape: (t,)
+               rhs: bool = False, dtype: torch.dtype = _F64, options: Options | None = None,
+               block_size: int | None = None, cache=None
+               ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(Phi^T D Phi, K_nM^T D (y - y_offset)) in one pass, Phi = K_nM F (F = ``whiten``, else I).
+
+    Returns the Gram matrix (r, r) and, with ``rhs``, the right-hand side (M, t) (not
+    whitened), float64 and all-reduced. Whitening each row chunk before its Gram product
+    (one more GEMM, 2 n M r multiply-adds) keeps the rounding of the Gram relative to the
+    whitened features instead of amplifying that of K_nM^T K_nM by 1 / s_min(K_MM).
+    """
     C = centers.to(dtype)
     M = C.shape[0]
-    G = torch.zeros(M, M, dtype=_F64)
+    r = M if whiten is None else whiten.shape[1]
+    G = torch.zeros(r, r, dtype=_F64)
+    b = torch.zeros(M, source.n_outputs, dtype=_F64) if rhs else None
     item = torch.empty((), dtype=dtype).element_size()
     if cache is None:
         rows = block_rows(source.n_features, M, dtype, options, block_size)
@@ -494,16 +534,27 @@ def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
                   for b in _blocks(source, dtype, options, rows))
     else:
         blocks = iter(cache)
+    F = None if whiten is None else whiten.to(device=C.device, dtype=_F64)
+
     def chunks():
-        for op, b in blocks:
-            for s in range(0, b.X.shape[0], 2048):
-                e = min(s + 2048, b.X.shape[0])
+        for op, blk in blocks:
+            for s in range(0, blk.X.shape[0], 2048):
+                e = min(s + 2048, blk.X.shape[0])
                 Kc = op.K[s:e] if isinstance(op, _DenseBlock) else op.rows(torch.arange(s, e))
                 Kc = Kc.to(_F64)
-                if b.sample_weight is not None:  # K^T D K = (D^1/2 K)^T (D^1/2 K); not in
-                    # place: Kc may be the stored block itself
-                    Kc = Kc * b.sample_weight[s:e].to(_F64).clamp_min(0).sqrt().reshape(-1, 1)
-                yield Kc
+                sw = None
+                if blk.sample_weight is not None:  # K^T D K = (D^1/2 K)^T (D^1/2 K); not
+                    # in place: Kc may be the stored block itself
+                    sw = blk.sample_weight[s:e].to(_F64).clamp_min(0).sqrt().reshape(-1, 1)
+                    Kc = Kc * sw
+                if b is not None:
+                    y = blk.y[s:e].to(_F64)
+                    if y_offset is not None:
+                        y = y - y_offset.to(_F64)
+                    if sw is not None:
+                        y = y * sw
+                    b.add_(Kc.T @ y)  # (D^1/2 K)^T D^1/2 y
+                yield Kc if F is None else Kc @ F
 
     if C.device.type == "cpu":
         # lower triangle by BLAS syrk (n M^2 multiply-adds, 1.4x faster than the panels below
@@ -520,14 +571,16 @@ def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
     else:
         # lower triangle by column panels: G[j0:, j0:j1] += Kc[:, j0:]^T Kc[:, j0:j1]
         # (about (1 + 1/p) / 2 of the full product's multiply-adds for p panels)
-        p = max(1, min(8, M // 256))
-        edges = [round(i * M / p) for i in range(p + 1)]
+        p = max(1, min(8, r // 256))
+        edges = [round(i * r / p) for i in range(p + 1)]
         G = G.to(C.device)
         for Kc in chunks():
             for j0, j1 in zip(edges[:-1], edges[1:]):
                 G[j0:, j0:j1].addmm_(Kc[:, j0:].T, Kc[:, j0:j1])
     G = all_reduce_sum(G)
-    return torch.tril(G) + torch.tril(G, -1).T
+    if b is not None:
+        b = all_reduce_sum(b.cpu() if G.device.type == "cpu" else b)
+    return torch.tril(G) + torch.tril(G, -1).T, b
 
 
 def _spd_solve(S: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -541,14 +594,54 @@ def _spd_solve(S: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return U[:, keep] @ ((U[:, keep].T @ r) / w[keep].reshape(-1, 1))
 
 
-def _direct_solve(G: torch.Tensor, b: torch.Tensor, kernel: Kernel, C: torch.Tensor, lam: float,
-                  options: Options | None, dtype: torch.dtype = _F64
-                  ) -> tuple[torch.Tensor, float]:
-    """Solve (G + lam K_MM) a = b on the range of K_MM; returns (a, relative residual).
+@dataclass
+class _Whitening:
+    """F = U_r diag(s_r)^-1/2 over the kept eigenvalues s_r of K_MM (see :func:`_whitening`)."""
+
+    F: torch.Tensor  # shape: (M, r)
+    s_max: float
+    s_min: float  # smallest kept eigenvalue
+    mean_diag: float
+
+
+def _whitening(kernel: Kernel, C: torch.Tensor, lam: float, options: Options | None,
+               dtype: torch.dtype = _F64) -> _Whitening:
+    """The whitening F of K_MM used by the direct solve (see :func:`_direct_solve`)."""
+    s, U = symmetric_eigh(KernelOperator(kernel, C, C, options=options).to_dense().to(_F64))
+    keep = s > s[-1] * torch.finfo(_F64).eps * C.shape[0]
+    d = float(s.clamp_min(0).sum()) / C.shape[0]
+    if dtype != _F64 and lam > 0:
+        # a direction u of K_MM enters as the feature K_nM u / sqrt(s): the rounding of the
+        # kernel values (eps d, d the mean diagonal) gives it a noise of mean square about
+        # (eps d)^2 / s per row, which the penalty lam no longer damps when it is larger
+        keep &= s > _NOISE_FLOOR * (torch.finfo(dtype).eps * d) ** 2 / lam
+    if not bool(keep.any()):
+        keep[-1] = True
+    s_r = s[keep]
+    return _Whitening(F=U[:, keep] / s_r.sqrt(), s_max=float(s[-1]), s_min=float(s_r[0]),
+                      mean_diag=d)
+
+
+def _squared_gram_error(w: _Whitening, lam: float) -> float:
+    """Bound on the relative error that forming K_nM^T K_nM before whitening puts in (3).
+
+    The Gram's rounding (eps ||G|| <= eps mean k(x, x) s_max, per unit weight) is amplified by
+    ||F||^2 = 1 / s_min and compared with the smallest eigenvalue lam of (3).
+    """
+    return torch.finfo(_F64).eps * w.mean_diag * w.s_max / (w.s_min * lam)
+
+
+def _direct_solve(S: torch.Tensor, rhs: torch.Tensor, F: torch.Tensor, lam: float
+                  ) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """Solve (3) (F^T G F + lam I) beta = F^T b for S = F^T G F; returns (a = F beta, beta,
+    relative residual of (3)).
 
     With K_MM = U diag(s) U^T and a = U_r diag(s_r)^-1/2 beta over the eigenvalues s_r above
-    rounding (s > eps M s_max), the system is (F^T G F + lam I) beta = F^T b, F = U_r
-    diag(s_r)^-1/2, whose eigenvalues lie in [lam, lam + mean k(x, x)] (the quadratic form of
+    rounding (s > eps M s_max), the normal equations (1) on the range of K_MM become
+
+        (F^T G F + lam I) beta = F^T b,   F = U_r diag(s_r)^-1/2,                              (3)
+
+    whose eigenvalues lie in [lam, lam + mean k(x, x)] (the quadratic form of
     G is at most mean k(x, x) times that of K_MM). Directions of K_MM below rounding carry
     functions that are zero on the data to rounding and are left out, so a rank-deficient
     K_MM (duplicated or collinear centres, all points as centres of a low-rank kernel) costs no
@@ -559,24 +652,47 @@ def _direct_solve(G: torch.Tensor, b: torch.Tensor, kernel: Kernel, C: torch.Ten
     kernel and lam = 3e-10, the test RMSE was 0.25 with them and 0.040 without (float64:
     0.035); at lam = 1e-6 and 1e-8 on 9-d data the test error is unchanged. Cost: one M x M
     eigendecomposition and O(M^3) products.
+
+    F^T G F is formed from the Gram of the whitened rows (K_nM F)^T D (K_nM F) when the
+    rounding of K_nM^T D K_nM, amplified by ||F||^2, would exceed a fraction of lam
+    (:func:`_squared_gram_error`): with sigma = 10 on 9-d data (s_min(K_MM) = 6e-9) and
+    lam = 1e-8, whitening after the Gram left the objective 62 % above its minimum.
     """
-    s, U = symmetric_eigh(KernelOperator(kernel, C, C, options=options).to_dense().to(_F64))
-    keep = s > s[-1] * torch.finfo(_F64).eps * C.shape[0]
-    if dtype != _F64 and lam > 0:
-        # a direction u of K_MM enters as the feature K_nM u / sqrt(s): the rounding of the
-        # kernel values (eps d, d the mean diagonal) gives it a noise of mean square about
-        # (eps d)^2 / s per row, which the penalty lam no longer damps when it is larger
-        d = float(s.clamp_min(0).sum()) / C.shape[0]
-        keep &= s > _NOISE_FLOOR * (torch.finfo(dtype).eps * d) ** 2 / lam
-    F = U[:, keep] / s[keep].sqrt()
-    S = F.T @ G @ F
     S = (S + S.T) / 2
     S.diagonal().add_(lam)
-    rhs = F.T @ b
     beta = _spd_solve(S, rhs)
     r = torch.linalg.vector_norm(rhs - S @ beta, dim=0) / torch.linalg.vector_norm(
         rhs, dim=0).clamp_min(1e-300)
-    return F @ beta, float(r.max())
+    return F @ beta, beta, float(r.max())
+
+
+def _gradient_residual(source: DataSource, kernel: Kernel, C: torch.Tensor, coef: torch.Tensor,
+                       beta: torch.Tensor, F: torch.Tensor, b: torch.Tensor, lam: float, W: float,
+                       *, y_offset, dtype, options, block_size, cache) -> tuple[float, float]:
+    """Relative residual of (3) at beta recomputed from the rows, and its rounding level.
+
+    F^T (b - K_nM^T D K_nM a) / W - lam beta over F^T b / W, a = F beta, from one fused pass
+    K_nM^T D (K_nM a - (y - y_offset)): this checks the direct solve against the unsquared
+    system. The same pass evaluates it at a copy of a perturbed in its last bits (relative
+    eps(dtype), alternating signs): the difference is the residual that the rounding of a and
+    of the pass itself accounts for.
+    """
+    Cd = C.to(dtype)
+    t = coef.shape[1]
+    sign = 1.0 - 2.0 * (torch.arange(coef.shape[0], dtype=_F64) % 2).reshape(-1, 1)
+    V = torch.cat([coef, coef * (1.0 + torch.finfo(dtype).eps * sign)], dim=1)
+    g = torch.zeros(C.shape[0], 2 * t, dtype=_F64)
+    for op, blk in _kernel_blocks(source, kernel, Cd, dtype, options, block_size, cache):
+        y = blk.y.to(_F64)
+        if y_offset is not None:
+            y = y - y_offset
+        g += op.kt_k_matmul(V, W=-torch.cat([y, y], dim=1),
+                            row_weights=blk.sample_weight).to(_F64)
+    g = F.T @ all_reduce_sum(g)  # F^T K^T D (K a - y) = F^T (K^T D K a - b)
+    norm = torch.linalg.vector_norm(F.T @ b, dim=0).clamp_min(1e-300)
+    res = torch.linalg.vector_norm(g[:, :t] + (lam * W) * beta, dim=0) / norm
+    level = torch.linalg.vector_norm(g[:, :t] - g[:, t:], dim=0) / norm
+    return float(res.max()), float(level.max())
 
 
 @dataclass
@@ -589,6 +705,9 @@ class NystromSolution:
     iteration whose coefficients were kept; ``solver`` is ``"cg"`` or ``"direct"``;
     ``residual`` is the final relative residual and ``stop_reason`` one of ``"residual"``,
     ``"change"``, ``"validation"``, ``"callback"``, ``"max_iter"``, ``"direct"``.
+    ``history`` lists ``(solver, iterations)`` for every solver that ran, in order (a float32
+    CG run that stalled before the direct solve, a direct solve refined by CG); ``n_iter`` is
+    their sum and ``solver`` the last one, whose coefficients are returned.
     """
 
     coef: torch.Tensor
@@ -603,6 +722,7 @@ class NystromSolution:
     residual: float = 0.0
     stop_reason: str = "residual"
     tolerance: float = 0.0
+    history: list = field(default_factory=list)
 
 
 def nystrom_krr(
@@ -720,21 +840,70 @@ def nystrom_krr(
         val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
                                          options=options, block_size=block_size,
                                          fraction=frac / 4)
-    b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
-                    block_size=block_size, cache=cache) / W
-
-    def direct():  # in K_MM's eigenbasis (_direct_solve): no preconditioner
-        G = nystrom_gram(source, kernel, C, dtype=dtype, options=options,
-                         block_size=block_size, cache=cache) / W
-        coef, res_val = _direct_solve(G, b, kernel, C, lam, options, dtype)
+    def direct(history, whiten=None):  # in K_MM's eigenbasis (_direct_solve)
+        wh = _whitening(kernel, C, lam, options, dtype)
+        if whiten is None:
+            whiten = _squared_gram_error(wh, lam) > _SQUARED_GRAM_MAX
+        G, b_raw = _gram_pass(source, kernel, C, whiten=wh.F if whiten else None,
+                              y_offset=y_offset, rhs=True, dtype=dtype, options=options,
+                              block_size=block_size, cache=cache)
+        G /= W
+        S = G if whiten else wh.F.T @ G @ wh.F
+        del G
+        coef, beta, res_val = _direct_solve(S, wh.F.T @ b_raw / W, wh.F, lam)
+        del S
         if not torch.isfinite(coef).all():
             raise DivergenceError("the direct Nyström solve produced non-finite coefficients.")
-        return NystromSolution(coef=coef, n_iter=1, converged=True, residual_norms=[1.0, res_val],
-                               total_weight=W, solver="direct", residual=res_val,
-                               stop_reason="direct", tolerance=tol)
+        history = history + [("direct", 1)]
+        delta = _squared_gram_error(wh, lam)
+        if delta <= _CHECK_MIN and not whiten:  # accurate by the bound: no check pass
+            logger.debug("Nystrom direct solve (plain Gram, error bound %.1e): residual %.2e",
+                         delta, res_val)
+            return NystromSolution(coef=coef, n_iter=sum(k for _, k in history),
+                                   converged=True, residual_norms=[1.0, res_val], total_weight=W,
+                                   solver="direct", residual=res_val, stop_reason="direct",
+                                   tolerance=tol, history=history)
+        check, level = _gradient_residual(source, kernel, C, coef, beta, wh.F, b_raw, lam, W,
+                                          y_offset=y_offset, dtype=dtype, options=options,
+                                          block_size=block_size, cache=cache)
+        level = max(level, torch.finfo(_F64).eps)
+        rhs = wh.F.T @ b_raw / W
+        excess = float(((check * torch.linalg.vector_norm(rhs, dim=0)) ** 2 / (
+            lam * (rhs * beta).sum(0).clamp_min(1e-300))).max())
+        logger.debug("Nystrom direct solve (%s Gram): residual %.2e, %.2g times the rounding "
+                     "level %.1e, objective excess below %.1e", "whitened" if whiten else
+                     "plain", check, check / level, level, excess)
+        if not (check <= _CHECK_SLACK * level or excess <= _CHECK_EXCESS):
+            remedy = ("solving again from the Gram matrix of the whitened rows" if not whiten
+                      else "refining it by float64 conjugate gradients")
+            warnings.warn(
+                f"the direct Nyström solve left a relative residual {check:.1e}, "
+                f"{check / level:.0f} times what rounding allows ({level:.1e}; K_MM's "
+                f"eigenvalues span {wh.s_min:.1e} to {wh.s_max:.1e}, penalty alpha / W = "
+                f"{lam:.1e}): {remedy}. A larger alpha or fewer centres make the problem "
+                f"better conditioned.",
+                RuntimeWarning, stacklevel=3,
+            )
+            if not whiten:
+                return direct(history, whiten=True)
+            sol = nystrom_krr(source, kernel, C, alpha, y_offset=y_offset, coef0=coef,
+                              max_iter=max_iter, tol=tol, solver="cg", dtype=_F64,
+                              options=options, block_size=block_size,
+                              store_kernel=store_kernel if dtype == _F64 else False,
+                              verbose=verbose)
+            sol.history = history + sol.history
+            sol.n_iter = sum(k for _, k in sol.history)
+            return sol
+        return NystromSolution(coef=coef, n_iter=sum(k for _, k in history), converged=True,
+                               residual_norms=[1.0, res_val], total_weight=W, solver="direct",
+                               residual=res_val, stop_reason="direct",
+                               tolerance=tol, history=history)
 
     if solver == "direct":
-        return direct()
+        return direct([])
+
+    b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
+                    block_size=block_size, cache=cache) / W
 
     if preconditioner is True:
         P = nystrom_preconditioner(kernel, C, lam, options=options, dtype=dtype)
@@ -831,7 +1000,7 @@ def nystrom_krr(
         # (a tiny penalty with a smooth kernel): the direct solve accumulates in float64
         logger.info("Nystrom CG in %s did not converge in %d passes (residual %.2e): "
                     "solving directly", dtype, res.n_iter, res.residual_norms[-1])
-        return direct()
+        return direct([("cg", res.n_iter)])
     coef = to_coef(res.x.reshape(M, t))
     best_iter = res.n_iter
     if validation is not None and state["best_coef"] is not None:
@@ -844,7 +1013,7 @@ def nystrom_krr(
                            residual_norms=res.residual_norms, validation_mse=monitor.losses,
                            best_iter=best_iter, total_weight=W, stopped_early=state["early"],
                            solver="cg", residual=float(res.residual_norms[-1]),
-                           stop_reason=reason, tolerance=tol)
+                           stop_reason=reason, tolerance=tol, history=[("cg", res.n_iter)])
 
 
 def _eta(res: list, tol: float, per_pass: float, left: int) -> float:
