@@ -395,3 +395,41 @@ def test_loaded_learner_continues_its_stream_identically(name, tmp_path):
                 model.partial_fit(X[30:], y_more)
     for a, b in zip(_outputs(est, X_new), _outputs(loaded, X_new), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_saved_file_mode_follows_the_umask_like_other_files(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = save_model(_fit_ridge(), tmp_path / "m.npz")
+        other = tmp_path / "other.txt"
+        other.write_text("x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == stat.S_IMODE(other.stat().st_mode) == 0o644
+
+
+@pytest.mark.parametrize("length", [200, 230, 250, 255])
+def test_long_legal_file_names_save_and_load(tmp_path, length):
+    name = "m" * (length - 4) + ".npz"
+    assert len(name.encode()) == length
+    model = _fit_ridge()
+    path = save_model(model, tmp_path / name)
+    assert path.name == name and [p.name for p in tmp_path.iterdir()] == [name]
+    X_new = _data()[2]
+    np.testing.assert_array_equal(load_model(path).predict(X_new), model.predict(X_new))
+
+
+def test_long_non_ascii_file_name(tmp_path):
+    name = "é" * 120 + ".npz"  # 244 bytes in UTF-8: the temporary name is cut on a character
+    path = save_model(_fit_ridge(), tmp_path / name)
+    assert path.exists() and [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def _fit_ridge():
+    from kernelflow.estimators import KernelRidge
+
+    X, y, _ = _data()
+    return KernelRidge(alpha=0.1).fit(X, y)

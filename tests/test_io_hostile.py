@@ -1055,3 +1055,86 @@ def test_path_valued_parameters_are_refused(tmp_path):
     _edit(path, lambda meta, arrays: _set_param(meta, "log_file", str(tmp_path / "x.log")))
     with pytest.raises(ModelFileError, match="may not name a file or directory"):
         load_model(path, trusted=[_WritesLogs])
+
+
+@pytest.mark.parametrize(("cls_suffix", "name"), [
+    ("svm._classes:SVR", "kernel"),
+    ("FunctionTransformer", "func"),
+])
+def test_callable_objects_given_to_scikit_learn_classes_are_refused(tmp_path, cls_suffix, name):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import FunctionTransformer
+    from sklearn.svm import SVR
+
+    X, y, _ = _data()
+    path = save_model(make_pipeline(FunctionTransformer(), SVR()).fit(X, y), tmp_path / "m.npz")
+    assert load_model(path) is not None
+    _forge_class(path, cls_suffix, "params", name, _gaussian_node())
+    with pytest.raises(ModelFileError, match="may not give .* a callable object"):
+        load_model(path)
+
+
+# ---- after a file passes: no process, no file, bounded memory --------------------------------
+def _legitimate_models():
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import make_pipeline, make_union
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    from kernelflow.estimators import (
+        DoublyStochasticRegressor,
+        KernelRidge,
+        Nystroem,
+        NystromKernelRidge,
+    )
+    from kernelflow.online import KernelAWV
+    from kernelflow.operators import Options
+
+    return {
+        "kernel_ridge": KernelRidge(alpha=0.1, options=Options(memory_budget=2**26)),
+        "nystrom_ridge": NystromKernelRidge(n_components=8, random_state=0),
+        "doubly_stochastic": DoublyStochasticRegressor(max_iter=2, random_state=0),
+        "kawv": KernelAWV(),
+        "nystroem": make_pipeline(Nystroem(n_components=5, random_state=0), KernelRidge()),
+        "pipeline": make_pipeline(StandardScaler(), KernelRidge(alpha=0.1)),
+        "union": make_pipeline(make_union(PCA(1), StandardScaler()), KernelRidge()),
+        "svc": SVC(),
+    }
+
+
+def test_loaded_models_start_no_process_write_no_file_and_stay_in_budget(tmp_path, monkeypatch):
+    import tempfile
+
+    import psutil
+
+    from kernelflow.operators import memory_budget
+
+    X, y, X_new = _data(n=60, d=3)
+    files = {}
+    for name, model in _legitimate_models().items():
+        target = y > np.median(y) if name == "svc" else y
+        files[name] = save_model(model.fit(X, target), tmp_path / f"{name}.npz")
+    watched = tmp_path / "watched"
+    watched.mkdir()
+    monkeypatch.setenv("TMPDIR", str(watched))
+    monkeypatch.setenv("JOBLIB_TEMP_FOLDER", str(watched))
+    monkeypatch.setattr(tempfile, "tempdir", str(watched))
+    monkeypatch.chdir(watched)
+    me = psutil.Process()
+    children = {p.pid for p in me.children(recursive=True)}
+    rss0, budget, peak = me.memory_info().rss, memory_budget(), 0
+    for name, path in files.items():
+        model = load_model(path)
+        target = y > np.median(y) if name == "svc" else y
+        for method in ("predict", "transform", "decision_function", "score", "fit"):
+            if not hasattr(model, method):
+                continue
+            args = (X_new,) if method not in ("score", "fit") else (X, target)
+            getattr(model, method)(*args)
+            peak = max(peak, me.memory_info().rss - rss0)
+        if hasattr(model, "partial_fit"):
+            model.partial_fit(X_new, y[: len(X_new)])
+    assert {p.pid for p in me.children(recursive=True)} == children, "a process was started"
+    assert list(watched.iterdir()) == [], "a file was written"
+    assert sorted(tmp_path.iterdir()) == sorted([*files.values(), watched])
+    assert peak <= budget, f"RSS grew by {peak} bytes, more than the budget of {budget}"

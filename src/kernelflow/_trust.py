@@ -132,6 +132,14 @@ def check_value(name: str, value: Any, where: str) -> None:
                          "elements)")
 
 
+def _holds_callable(value: Any) -> bool:
+    if isinstance(value, (list, tuple, set)):
+        return any(_holds_callable(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_callable(v) for v in value.values())
+    return callable(value) and not isinstance(value, type)
+
+
 def _holds_text(value: Any) -> bool:
     if isinstance(value, (str, bytes)):
         return True
@@ -146,7 +154,12 @@ def check_attributes(cls: type, attrs: dict, where: str, *, state: bool) -> None
     slots = _slots(cls)
     allowed_plain = _constructor_attributes(cls) if state else set()
     params = _param_names(cls)
+    foreign = cls.__module__.startswith("sklearn.")
     for name, value in attrs.items():
+        if foreign and _holds_callable(value):
+            # a kernel object where a scikit-learn class expects a function (SVC(kernel=...),
+            # FunctionTransformer(func=...)) would be called on the caller's data
+            _fail(where, f"{name}: a model file may not give {cls.__name__} a callable object")
         if state:
             check_name(cls, name, where, slots=slots)
             if name in params:
