@@ -355,7 +355,9 @@ def build_model(name: str, params: dict[str, Any], *, scale: bool, verbose: int 
         params = {**params, "verbose": verbose}
     try:
         model = make_estimator(name, **params)
-    except ValueError as exc:
+        if hasattr(model, "_parameter_constraints"):  # invalid values now, not after the data
+            model._validate_params()
+    except (ValueError, TypeError) as exc:
         raise CLIError(str(exc)) from None
     if scale:
         from sklearn.pipeline import make_pipeline
