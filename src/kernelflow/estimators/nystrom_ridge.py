@@ -357,11 +357,14 @@ class NystromKernelRidge(_NystromBase):
         ``signal_variance_``, ``noise_variance_``
         and ``hyperparameters_``. Needs in-memory arrays.
     solver : {"auto", "cg", "direct"}, default="auto"
-        "direct" accumulates K_nM^T D K_nM in one pass and solves the M x M system densely in
-        the eigenbasis of K_MM (exact, also when K_MM is rank-deficient; O(n M^2 + M^3)); "cg"
-        runs preconditioned conjugate gradients;
-        "auto" picks the cheaper from a cost model (direct up to about 1000 centres, CG
-        beyond) and always CG with ``early_stopping``.
+        "direct" accumulates the Gram matrix of the rows in one pass and solves the M x M
+        system densely in the eigenbasis of K_MM (exact, also when K_MM is rank-deficient;
+        O(n M^2 + M^3)); when K_MM is ill-conditioned against ``alpha`` the rows are whitened
+        before the Gram product, and the residual is checked against the rows (a
+        RuntimeWarning and a fallback when it is far above rounding); "cg" runs
+        preconditioned conjugate gradients; "auto" solves directly up to 500 centres, picks
+        the cheaper from a cost model beyond (direct up to about 1000 centres, CG beyond),
+        always CG with ``early_stopping``, and solves directly when a float32 CG run stalls.
     compute_variance : bool or {"dtc", "fitc"}, default=False
         One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
         (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
@@ -382,14 +385,20 @@ class NystromKernelRidge(_NystromBase):
     intercept_ : tensor of shape () or (n_targets,)
     kernel_ : Kernel
     n_iter_ : int
-        Conjugate-gradient iterations run (1 for the direct solver).
+        Iterations of every solver that ran (CG passes; 1 per direct solve), summed over
+        ``solver_history_``.
     converged_ : bool
         False when CG stopped at ``max_iter`` before meeting ``tol`` (a ConvergenceWarning is
         issued then).
     residual_ : float
         Final relative residual of the preconditioned system.
     solver_ : str
-        The solver that ran, "cg" or "direct".
+        The solver whose coefficients were kept, "cg" or "direct".
+    solver_history_ : list of (str, int)
+        Every solver that ran, in order, with its iterations: ``[("direct", 1)]`` for a
+        direct solve, ``[("cg", 100), ("direct", 1)]`` when a float32 CG run that stalled was
+        followed by the direct solve, ``[("direct", 1), ("direct", 1)]`` or
+        ``[("direct", 1), ("cg", k)]`` when the residual check of a direct solve failed.
     residual_norms_ : list of float
     validation_scores_ : list of float
         Validation mean squared error per iteration (empty without early stopping).
@@ -540,6 +549,7 @@ class NystromKernelRidge(_NystromBase):
         self.converged_ = bool(sol.converged)
         self.residual_ = float(sol.residual)
         self.solver_ = sol.solver
+        self.solver_history_ = [(str(name), int(k)) for name, k in sol.history]
         self.residual_norms_ = list(sol.residual_norms)
         self.validation_scores_ = list(sol.validation_mse)
         self.best_iteration_ = int(sol.best_iter)
