@@ -433,3 +433,39 @@ def _fit_ridge():
 
     X, y, _ = _data()
     return KernelRidge(alpha=0.1).fit(X, y)
+
+
+def test_interrupted_refit_of_a_loaded_pipeline_is_all_or_nothing(tmp_path):
+    from kernelflow.estimators import KernelRidge
+    from kernelflow.io import all_or_nothing
+
+    X, y, X_new = _data()
+    pipe = make_pipeline(StandardScaler(), KernelRidge(alpha=0.1)).fit(X, y)
+    path = save_model(pipe, tmp_path / "pipe.npz")
+    expected = pipe.predict(X_new)
+    X2, y_nan = 10 * X + 5, np.full(len(y), np.nan)
+
+    # scikit-learn refits the scaler in place before the model refuses the new target: without
+    # protection the old model is left behind new scaling and predicts something else
+    bare = load_model(path)
+    with pytest.raises(ValueError):
+        bare.fit(X2, y_nan)
+    assert not np.allclose(bare.predict(X_new), expected)
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    for exc, target in ((ValueError, y_nan), (KeyboardInterrupt, y)):
+        loaded = load_model(path)
+        if exc is KeyboardInterrupt:
+            loaded[-1].fit = interrupt  # the last step is interrupted mid-refit
+        with pytest.raises(exc), all_or_nothing(loaded):
+            loaded.fit(X2, target)
+        np.testing.assert_array_equal(loaded.predict(X_new), expected)
+        np.testing.assert_array_equal(loaded[0].mean_, pipe[0].mean_)
+    # a refit that completes is kept
+    with all_or_nothing(loaded):
+        loaded.set_params(kernelridge__alpha=0.1)
+        loaded.steps[-1][1].__dict__.pop("fit")
+        loaded.fit(X2, y)
+    np.testing.assert_allclose(loaded.predict(10 * X_new + 5), pipe.predict(X_new), rtol=1e-6)

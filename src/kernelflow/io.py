@@ -70,6 +70,7 @@ import torch
 
 from . import _trust
 from ._trust import ModelFileError
+from .utils._atomic import all_or_nothing
 
 __all__ = [
     "FORMAT",
@@ -79,6 +80,7 @@ __all__ = [
     "load_model",
     "read_metadata",
     "default_state",
+    "all_or_nothing",
 ]
 
 FORMAT = "kernelflow-model"
