@@ -23,11 +23,14 @@ import numpy as np
 import torch
 
 from kernelflow.kernels import check_bandwidth
+from kernelflow.operators import memory_budget
+from kernelflow.utils._finite import MemoryBudgetError
 
 if TYPE_CHECKING:
     from kernelflow.typing import ArrayLike, Output
 
 __all__ = [
+    "check_taylor_size",
     "n_taylor_features",
     "taylor_multi_indices",
     "taylor_features",
@@ -59,18 +62,117 @@ def n_taylor_features(d: int, M: int, *, mode: str = "compact") -> int:
     (165, 585)
     """
     _check_dm(d, M)
+    _check_mode(mode)
     if mode == "compact":
         return math.comb(M + d, d)
-    if mode == "ordered":
-        return sum(d**k for k in range(M + 1))
-    raise ValueError(f"mode must be 'compact' or 'ordered', got {mode!r}")
+    return M + 1 if d == 1 else (d ** (M + 1) - 1) // (d - 1)
 
 
 def _check_dm(d: int, M: int) -> None:
-    if not isinstance(d, int | np.integer) or d < 1:
+    if isinstance(d, bool) or not isinstance(d, int | np.integer) or d < 1:
         raise ValueError(f"d must be a positive integer, got {d!r}")
-    if not isinstance(M, int | np.integer) or M < 0:
+    if isinstance(M, bool) or not isinstance(M, int | np.integer) or M < 0:
         raise ValueError(f"M must be a non-negative integer, got {M!r}")
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in ("compact", "ordered"):
+        raise ValueError(f"mode must be 'compact' or 'ordered', got {mode!r}")
+
+
+def _capped_count(d: int, M: int, mode: str, cap: int) -> int:
+    """:func:`n_taylor_features`, or ``cap + 1`` as soon as it exceeds ``cap``.
+
+    The count is built as a product of increasing partial counts, so the loop stops after
+    O(log cap) steps whatever d and M are (``C(M + d, d)`` with M = 10⁸ and d = 200 is a
+    1 500-digit number; the sum of ``d^k`` is larger still).
+    """
+    d, M = int(d), int(M)
+    if mode == "ordered":
+        if d == 1:
+            return min(M + 1, cap + 1)
+        total, term = 0, 1
+        for _ in range(M + 1):  # total ≥ 2^k after k terms: at most log2(cap) + 2 steps
+            total += term
+            if total > cap:
+                return cap + 1
+            term *= d
+        return total
+    k, top = min(d, M), max(d, M)  # C(M + d, d) = C(top + k, k)
+    c = 1
+    for i in range(1, k + 1):  # c = C(top + i, i), exact; it at least doubles (i ≤ k ≤ top)
+        c = c * (top + i) // i
+        if c > cap:
+            return cap + 1
+    return c
+
+
+def check_taylor_size(d: int, M: int, *, mode: str = "compact", bytes_per_feature: int = 8,
+                      bytes_per_feature_squared: int = 0, budget: int | None = None,
+                      what: str = "Taylor features") -> int:
+    """Number of Taylor features r, after checking that ``r`` fits the memory budget.
+
+    The need is ``bytes_per_feature · r + bytes_per_feature_squared · r²`` (e.g. ``8 n`` for
+    an n x r feature matrix, ``16`` for an r x r state and its copy). r is counted in
+    O(log budget) steps, so an absurd degree (``M = 10**8``) or dimension is refused at once,
+    before anything is allocated, with a :class:`~kernelflow.operators.MemoryBudgetError`
+    (a ``ValueError`` and a ``MemoryError``) that names the largest degree that fits.
+
+    Parameters
+    ----------
+    d : int
+        Input dimension.
+    M : int
+        Maximal total degree.
+    mode : {"compact", "ordered"}, default="compact"
+    bytes_per_feature, bytes_per_feature_squared : int
+        Bytes needed per feature and per squared feature.
+    budget : int, optional
+        Bytes allowed; default :func:`kernelflow.operators.memory_budget`.
+    what : str
+        What is being built, for the message.
+
+    Returns
+    -------
+    r : int
+
+    Examples
+    --------
+    >>> check_taylor_size(8, 3, bytes_per_feature=8 * 1000)
+    165
+    >>> try:
+    ...     check_taylor_size(8, 10**8, budget=2**30)
+    ... except MemoryError as exc:
+    ...     print(str(exc)[:59])
+    Taylor features with d = 8 and degree=100000000 has r above
+    """
+    _check_dm(d, M)
+    _check_mode(mode)
+    budget = memory_budget() if budget is None else int(budget)
+    a, b = max(int(bytes_per_feature), 1), int(bytes_per_feature_squared)
+    # the largest r whose need fits: a r + b r² ≤ budget
+    cap = budget // a if b == 0 else (math.isqrt(a * a + 4 * b * max(budget, 0)) - a) // (2 * b)
+    r = _capped_count(d, M, mode, cap)
+    if r <= cap:
+        return r
+    lo, hi = 0, int(M)  # degree 0 (r = 1) may not fit either: then no degree fits
+    while lo < hi:  # the largest degree that fits: O(log M) capped counts
+        mid = (lo + hi + 1) // 2
+        if _capped_count(d, mid, mode, cap) <= cap:
+            lo = mid
+        else:
+            hi = mid - 1
+    fits = _capped_count(d, lo, mode, cap) <= cap
+    formula = "C(M + d, d)" if mode == "compact" else "the sum of d^k for k <= M"
+    exact = _capped_count(d, M, mode, 10**15)
+    count = f"r = {exact}" if exact <= 10**15 else "r above 10^15"
+    advice = (f"Use degree={lo} (r = {_capped_count(d, lo, mode, cap)})" if fits
+              else "No degree fits")
+    raise MemoryBudgetError(
+        f"{what} with d = {d} and degree={M} has {count} features ({formula}), above the "
+        f"{cap} that fit the memory budget of {budget / 2**30:.3g} GiB. {advice}, use fewer "
+        "input features, or a Nyström or random-feature method for high-dimensional inputs."
+    )
 
 
 def taylor_multi_indices(d: int, M: int) -> np.ndarray:
@@ -97,7 +199,8 @@ def taylor_multi_indices(d: int, M: int) -> np.ndarray:
     >>> taylor_multi_indices(2, 2).tolist()
     [[0, 0], [1, 0], [0, 1], [2, 0], [1, 1], [0, 2]]
     """
-    _check_dm(d, M)
+    # the Python rows cost about (64 + 16 d) bytes each before the int64 array is made
+    check_taylor_size(d, M, bytes_per_feature=64 + 16 * int(d), what="Taylor multi-indices")
     rows = []
     for degree in range(M + 1):
         for combo in combinations_with_replacement(range(d), degree):
@@ -257,6 +360,10 @@ def taylor_features(X: ArrayLike, *, sigma: float | ArrayLike = 1.0, M: int = 2,
     Xa: Output = X if torch.is_tensor(X) else np.asarray(X, dtype=np.float64)
     if Xa.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, d), got shape {tuple(Xa.shape)}")
+    # the (n, r) output, the recursion plan and the multi-indices, before building anything
+    d = Xa.shape[1]
+    check_taylor_size(d, M, mode=mode, bytes_per_feature=8 * Xa.shape[0] + 64 + 24 * d,
+                      what="Taylor features")
     Xa = _centred(Xa, center)
     if not isinstance(sigma, int | float | np.floating):
         # per-feature bandwidths: the Gaussian with ARD is the Gaussian of X / sigma at sigma = 1
@@ -294,6 +401,7 @@ def taylor_kernel(X1: ArrayLike, X2: ArrayLike, *, sigma: float | ArrayLike = 1.
     0.999668
     """
     A = _centred(np.asarray(X1, dtype=np.float64), center)
+    _check_dm(max(A.shape[-1], 1), M)
     sig = check_bandwidth(sigma, A.shape[-1])  # a scalar, or per-feature bandwidths (ARD)
     A = A / sig
     B = _centred(np.asarray(X2, dtype=np.float64), center) / sig
@@ -303,6 +411,8 @@ def taylor_kernel(X1: ArrayLike, X2: ArrayLike, *, sigma: float | ArrayLike = 1.
     for j in range(M + 1):
         series += term
         term = term * G / (j + 1)
+        if not term.any():  # every later term is zero too (a large M costs nothing more)
+            break
     env = np.exp(-0.5 * (A * A).sum(1))[:, None] * np.exp(-0.5 * (B * B).sum(1))[None, :]
     return env * series
 

@@ -11,6 +11,15 @@ Every learner implements four private methods on validated float64 NumPy data:
 ``_begin`` never sees ``y_t``: this is the strict protocol "see x_t, predict, then see y_t".
 Rows are validated before any state is touched, so a bad row raises and leaves the learner
 unchanged.
+
+All-or-nothing without copying the state: the methods that change the state are wrapped by
+:class:`~kernelflow.utils._atomic.AtomicFitMixin`, whose snapshot keeps by reference the
+attributes a learner lists in ``_atomic_shared``. A learner lists there every attribute that it
+replaces by assignment and never writes in place, and every buffer that it writes only through
+the call's :class:`~kernelflow.online._updates.UndoLog` (``self._undo_log()``, active during a
+continuing ``learn_one``, ``partial_fit`` or ``progressive_predict``). A failed call then
+replays the log (the buffers become bit-identical to before) and the wrapper puts the old
+references back: the cost per round is what the round writes, not the size of the state.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from ..utils._finite import (
 )
 from ..utils._validation import check_X, check_X_y, to_output
 from . import _updates
-from ._updates import single_thread_blas
+from ._updates import UndoLog, single_thread_blas
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -73,6 +82,33 @@ def kernel_diag(kernel: Kernel, x: np.ndarray) -> float:
     return float(kernel_block(kernel, x[None], x[None])[0, 0])
 
 
+class _UndoScope:
+    """A continuing call: in-place writes go through an :class:`UndoLog`, replayed on failure."""
+
+    __slots__ = ("est", "log")
+
+    def __init__(self, est: OnlineRegressorBase, active: bool) -> None:
+        self.est = est
+        self.log = UndoLog() if active else None
+
+    def __enter__(self) -> None:
+        if self.log is not None:
+            self.est.__dict__["_undo"] = self.log
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        log = self.log
+        if log is None:
+            return
+        try:
+            if exc_type is not None:
+                log.rollback()
+            del self.est.__dict__["_undo"]
+        except BaseException:  # an interrupt inside the exit itself: undo all the same
+            log.rollback()
+            self.est.__dict__.pop("_undo", None)
+            raise
+
+
 class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
     """Online regressor with scikit-learn (``partial_fit``) and river (``learn_one``) APIs.
 
@@ -101,12 +137,17 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
 
     def _learn_row(self, x: np.ndarray, y: float) -> float:
         """One whole round for ``learn_one``: ``_begin`` then ``_end`` (a learner may play it
-        into new state objects committed by assignment, see ``PKAWVTaylor``)."""
+        into new state objects committed by assignment, see ``PKAWVTaylor``). Returns the
+        round's prediction, which ``learn_one`` uses only to detect divergence."""
         yhat = self._begin(x)
         self._end(y)
         return yhat
 
     # ---- helpers ------------------------------------------------------------------------------
+    def _undo_log(self) -> UndoLog | None:
+        """The undo log of the running continuing call (None in a fresh fit)."""
+        return self.__dict__.get("_undo")
+
     def _make_kernel(self) -> Kernel:
         if isinstance(self.kernel, Kernel):
             kernel = make_kernel(self.kernel)
@@ -186,8 +227,10 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
         -------
         self : object
         """
-        Xn, yn, _, _ = self._start(X, y, reset=not hasattr(self, "n_rounds_"))
-        self._run(Xn, yn)
+        fresh = not hasattr(self, "n_rounds_")
+        Xn, yn, _, _ = self._start(X, y, reset=fresh)
+        with _UndoScope(self, not fresh):
+            self._run(Xn, yn)
         return self
 
     def progressive_predict(self, X: ArrayLike, y: ArrayLike) -> Output:
@@ -206,10 +249,13 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
         """
         if not hasattr(self, "n_rounds_"):
             self._validate_params()
-        Xn, yn, kind, dtype = self._start(X, y, reset=not hasattr(self, "n_rounds_"))
+        fresh = not hasattr(self, "n_rounds_")
+        Xn, yn, kind, dtype = self._start(X, y, reset=fresh)
         preds = np.empty(Xn.shape[0])
-        self._run(Xn, yn, preds)
-        return to_output(torch.from_numpy(preds), kind)
+        with _UndoScope(self, not fresh):
+            self._run(Xn, yn, preds)
+            out = to_output(torch.from_numpy(preds), kind)
+        return out
 
     def predict(self, X: ArrayLike) -> Output:
         """Predictions for X as the next round's input (no state change).
@@ -296,7 +342,8 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
         """
         if not isinstance(y, Real) or isinstance(y, bool) or not math.isfinite(float(y)):
             raise ValueError(f"y must be a finite real number, got {y!r}")
-        if not hasattr(self, "n_rounds_"):
+        fresh = not hasattr(self, "n_rounds_")
+        if fresh:
             if not isinstance(x, dict) or not x:
                 raise ValueError("x must be a non-empty dict of feature -> value")
             self._validate_params()
@@ -310,9 +357,10 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
             self._reset(len(keys))
         else:
             row = self._row_from_dict(x)
-        if not math.isfinite(self._one_round(row, float(y))):
-            self._diverged(self.n_rounds_)
-        self.n_rounds_ += 1
+        with _UndoScope(self, not fresh):
+            if not math.isfinite(self._one_round(row, float(y))):
+                self._diverged(self.n_rounds_)
+            self.n_rounds_ += 1
 
     def predict_one(self, x: dict) -> float:
         """Prediction for the dict row ``x`` as the next round's input (0 before any round)."""

@@ -13,6 +13,8 @@ Contents
 - :func:`chol_update`, :func:`chol_downdate`, :func:`chol_append`: rank-one Cholesky
   updates/downdates of an upper factor ``RᵀR`` and the bordering used on dictionary insertion.
 - :func:`block_inverse_append` and :class:`KORS` (kernel online row sampling).
+- :class:`UndoLog`: the old contents of the array regions a continuing call writes in place,
+  replayed on failure (what makes ``learn_one`` all-or-nothing without copying the state).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import weakref
 
 import numpy as np
 from scipy.linalg import blas, solve_triangular
+from sklearn.utils import check_random_state
 
 from ..utils._finite import DivergenceError
 
@@ -34,6 +37,7 @@ __all__ = [
     "chol_append",
     "block_inverse_append",
     "KORS",
+    "UndoLog",
     "single_thread_blas",
 ]
 
@@ -60,6 +64,62 @@ def single_thread_blas():
     if not _BLAS_LIBS:
         return contextlib.nullcontext()
     return _BLAS_LIBS.limit(limits=1)
+
+
+class UndoLog:
+    """The old contents of every array region written in place during one call.
+
+    A continuing call (``learn_one``, ``partial_fit``) of an online learner must be
+    all-or-nothing. Copying the whole state before each round costs O(state) per round (for a
+    learner that keeps its history, O(t) at round t: a quadratic stream); instead each learner
+    replaces its small arrays by assignment (the snapshot of ``kernelflow.utils._atomic`` keeps
+    them by reference) and writes its large buffers (history rows, factor rows) only through
+    :meth:`write`, which records the region's old contents first. On failure :meth:`rollback`
+    writes them back in reverse order, so the buffers are bit-identical to before the call. The
+    log costs the size of what the call writes, never the size of the state.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> a = np.zeros(4); log = UndoLog()
+    >>> log.write(a, slice(1, 3), [5.0, 6.0]); log.write(a, 2, 7.0); a
+    array([0., 5., 7., 0.])
+    >>> log.rollback(); a
+    array([0., 0., 0., 0.])
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: list = []
+
+    def write(self, a: np.ndarray, index, value) -> None:
+        """``a[index] = value``, with the old ``a[index]`` recorded first."""
+        self.entries.append((a, index, np.array(a[index], copy=True)))
+        a[index] = value
+
+    def rollback(self) -> None:
+        """Write back every recorded region, newest first; the log is then empty.
+
+        Replaying the whole log is idempotent, so an interruption of the rollback itself is
+        handled by replaying it again from the end.
+        """
+        while True:
+            try:
+                for a, index, old in reversed(self.entries):
+                    a[index] = old
+                self.entries.clear()
+                return
+            except BaseException:  # noqa: BLE001 - a second interrupt: replay from the end
+                continue
+
+
+def logged_write(log: UndoLog | None, a: np.ndarray, index, value) -> None:
+    """``a[index] = value`` through ``log`` when one is active (a continuing call)."""
+    if log is None:
+        a[index] = value
+    else:
+        log.write(a, index, value)
 
 
 #: one spare A⁻¹ buffer per RecursiveAWV for its per-round snapshots (dropped with the instance)
@@ -256,14 +316,11 @@ class GrowingCholeskyInverse:
         self.z = np.zeros(capacity)
 
     def __atomic_copy__(self, memo):
-        # rows and columns beyond n are never read and stay zero: copy the used block only
+        # The snapshot of a continuing call keeps the buffers by reference: a round writes row n
+        # of L⁻¹ and z[n] only, beyond the used block, through the call's UndoLog (see
+        # ``append``/``set_label``); ``_grow`` replaces the buffers. So the counters are enough.
         new = type(self).__new__(type(self))
         new.__dict__.update(self.__dict__)
-        n = self.n
-        new.Linv = np.zeros_like(self.Linv)
-        new.Linv[:n, :n] = self.Linv[:n, :n]
-        new.z = np.zeros_like(self.z)
-        new.z[:n] = self.z[:n]
         return new
 
     def _grow(self):
@@ -274,8 +331,12 @@ class GrowingCholeskyInverse:
         z[: self.n] = self.z[: self.n]
         self.Linv, self.z = Linv, z
 
-    def append(self, k: np.ndarray, diag: float) -> tuple[float, float]:
-        """Add a point with cross-kernel ``k`` (n,), ``diag = k(x,x) + λ``; return (ŷ_KRR, δ²)."""
+    def append(self, k: np.ndarray, diag: float,
+               log: UndoLog | None = None) -> tuple[float, float]:
+        """Add a point with cross-kernel ``k`` (n,), ``diag = k(x,x) + λ``; return (ŷ_KRR, δ²).
+
+        The new row of ``L⁻¹`` is written through ``log`` when given (a continuing call).
+        """
         n = self.n
         if n + 1 > self.Linv.shape[0]:
             self._grow()
@@ -287,16 +348,18 @@ class GrowingCholeskyInverse:
                 f"K + λI lost positive definiteness at row {n} (pivot {delta2!r}); increase alpha"
             )
         delta = math.sqrt(delta2)
-        self.Linv[n, :n] = -(l @ Li) / delta
-        self.Linv[n, n] = 1.0 / delta
+        row = np.empty(n + 1)
+        row[:n] = -(l @ Li) / delta
+        row[n] = 1.0 / delta
+        logged_write(log, self.Linv, (n, slice(0, n + 1)), row)
         self.n = n + 1
         self._l, self._delta = l, delta
         return float(l @ self.z[:n]), delta2
 
-    def set_label(self, y: float) -> None:
+    def set_label(self, y: float, log: UndoLog | None = None) -> None:
         """Extend ``z = L⁻¹Y`` with the label of the last appended point."""
         n = self.n - 1
-        self.z[n] = (y - float(self._l @ self.z[:n])) / self._delta
+        logged_write(log, self.z, n, (y - float(self._l @ self.z[:n])) / self._delta)
 
 
 def chol_update(R: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -405,14 +468,41 @@ class KORS:
 
     computed in O(m²) from T by the Schur complement (no temporary matrix). It is kept with
     probability ``p = min(β τ̃, 1)`` and weight ``1/p`` (the paper's code) or ``sqrt(1/p)``.
+
+    The uniform draws come from a counter-based stream: draw i is entry ``i mod 256`` of
+    ``default_rng([seed, i // 256]).random(256)``, the seed taken once from ``rng``. The
+    sampler's state is then a few numbers and two arrays that are replaced, never written in
+    place, so it is copied in O(1) before each round of a continuing call (saving and restoring
+    a Mersenne-Twister state costs about 150 µs, more than a round).
     """
+
+    _BLOCK = 256
 
     def __init__(self, mu: float, eps: float, beta: float, weights: str, rng):
         self.mu, self.eps, self.beta = float(mu), float(eps), float(beta)
         self.weights = weights
-        self.rng = rng
+        self.seed = int(check_random_state(rng).randint(0, 2**31 - 1))
+        self.draws = 0
+        self._uniforms: tuple[int, np.ndarray] | None = None  # (block index, its draws)
         self.S = np.zeros(0)
         self.T = np.zeros((0, 0))
+
+    def __atomic_copy__(self, memo):
+        # S, T and the block of draws are replaced, never written in place: a shallow copy
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def _uniform(self) -> float:
+        """The next uniform draw of the stream."""
+        i = self.draws
+        j = i // self._BLOCK
+        block = self._uniforms
+        if block is None or block[0] != j:
+            block = (j, np.random.default_rng([self.seed, j]).random(self._BLOCK))
+            self._uniforms = block
+        self.draws = i + 1
+        return float(block[1][i - j * self._BLOCK])
 
     def probability(self, b: np.ndarray, kappa: float) -> float:
         """Inclusion probability ``p = clip(β τ̃, 0, 1)`` of a point (no state change)."""
@@ -425,9 +515,9 @@ class KORS:
         return min(max(self.beta * tau, 0.0), 1.0)
 
     def decide(self, b: np.ndarray, kappa: float) -> tuple[bool, float]:
-        """Draw the inclusion of a point: ``(keep, p)``; the state is unchanged."""
+        """Draw the inclusion of a point: ``(keep, p)``; only the stream position advances."""
         p = self.probability(b, kappa)
-        return bool(p > 0.0 and self.rng.random_sample() < p), p
+        return bool(p > 0.0 and self._uniform() < p), p
 
     def add(self, b: np.ndarray, kappa: float, p: float) -> None:
         """Add a kept point (inclusion probability p) to the weighted state, O(m²)."""

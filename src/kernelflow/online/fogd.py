@@ -76,8 +76,9 @@ class FOGD(OnlineRegressorBase):
     0.01
     """
 
-    #: created by the first round, then only read (see ``kernelflow.utils._atomic``)
-    _atomic_shared = ("feature_keys_", "frequencies_", "feature_names_in_")
+    #: created by the first round, then only read (see ``kernelflow.utils._atomic``); ``coef_``
+    #: is replaced by each round, never updated in place, so no round copies the state
+    _atomic_shared = ("feature_keys_", "frequencies_", "feature_names_in_", "coef_")
 
     _parameter_constraints: dict = {
         "n_components": [Interval(Integral, 1, None, closed="left")],
@@ -131,7 +132,7 @@ class FOGD(OnlineRegressorBase):
             eta = 1.0 / math.sqrt(self.n_rounds)
         else:
             eta = 1.0 / math.sqrt(self._t)
-        self.coef_ -= (2.0 * eta * (y_hat - y)) * z
+        self.coef_ = self.coef_ - (2.0 * eta * (y_hat - y)) * z
 
     def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         return self._features(X) @ self.coef_

@@ -10,7 +10,7 @@ from sklearn.utils._param_validation import Interval
 
 from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
-from ._updates import GrowingCholeskyInverse
+from ._updates import GrowingCholeskyInverse, logged_write
 
 if TYPE_CHECKING:
     from ..kernels import Kernel
@@ -137,6 +137,12 @@ class KernelAWV(OnlineRegressorBase):
 
     _single_thread_rounds = False  # O(t²) gemv per round: threads help
 
+    #: kept by reference by the snapshot of a continuing call (see ``online/_base.py``): the
+    #: kernel is only read, and the input history and the rows of the factor (``_chol``, whose
+    #: snapshot copies its counters only) are written beyond their used part, through the
+    #: call's undo log, or replaced when they grow
+    _atomic_shared = ("feature_keys_", "feature_names_in_", "kernel_", "X_seen_")
+
     def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
                  sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
                  degree: int = 3, coef0: float = 1.0,
@@ -163,12 +169,13 @@ class KernelAWV(OnlineRegressorBase):
             self.X_seen_ = grown
         lam = float(self.alpha)
         k = kernel_block(self.kernel_, self.X_seen_[:t], x[None])[:, 0] if t else np.zeros(0)
-        y_krr, delta2 = self._chol.append(k, kernel_diag(self.kernel_, x) + lam)
-        self.X_seen_[t] = x
+        log = self._undo_log()
+        y_krr, delta2 = self._chol.append(k, kernel_diag(self.kernel_, x) + lam, log)
+        logged_write(log, self.X_seen_, t, x)
         return y_krr * lam / delta2 if self.awv else y_krr
 
     def _end(self, y: float) -> None:
-        self._chol.set_label(y)
+        self._chol.set_label(y, self._undo_log())
 
     def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         t = self._chol.n

@@ -8,14 +8,14 @@ from numbers import Real
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.linalg import cholesky, solve_triangular
+from scipy.linalg import blas, cholesky, solve_triangular
 from scipy.linalg.lapack import dtpqrt as _tpqrt
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
-from ._updates import KORS, RecursiveAWV, chol_append, single_thread_blas
+from ._updates import KORS, RecursiveAWV, chol_append, logged_write, single_thread_blas
 
 if TYPE_CHECKING:
     import torch
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["PKAWVNystrom"]
 
 _log = logging.getLogger(__name__)
+_dtrsv = blas.dtrsv
 
 
 def _inv_sqrt_psd(K: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
@@ -59,6 +60,8 @@ class PKAWVNystrom(OnlineRegressorBase):
     probability 1 - δ, ``λ||f||² + B² d_eff(λ) log(e + enκ²/λ) + 2B²(|I_n| + 1) nμ/λ``.
 
     Memory is O(t(d + m)): inserting a point needs its kernel column over all past inputs.
+    ``learn_one`` and ``partial_fit`` are all-or-nothing at the cost of what a round writes
+    (its history row, through an undo log), not of the O(t(d + m)) state.
     With ``known_inputs=True`` the dictionary is built by one KORS pass over the first batch's
     inputs, then the learner is PKAWV on the fixed subspace, i.e. linear AWV on
     ``φ̃(x) = K_II^{-1/2} k_I(x)`` (O(m²) per round, no history; Corollary 8).
@@ -121,7 +124,7 @@ class PKAWVNystrom(OnlineRegressorBase):
     >>> model = PKAWVNystrom(alpha=1.0, sigma=0.5, random_state=0)
     >>> y_pred = model.progressive_predict(X, y)
     >>> len(model.dictionary_indices_), round(float(np.mean((y_pred[250:] - y[250:]) ** 2)), 3)
-    (54, 0.005)
+    (55, 0.005)
     """
 
     _parameter_constraints: dict = {
@@ -137,6 +140,15 @@ class PKAWVNystrom(OnlineRegressorBase):
         "awv": ["boolean"],
         "random_state": ["random_state"],
     }
+
+    #: kept by reference by the snapshot of a continuing call (see ``online/_base.py``): every
+    #: attribute here is replaced by assignment and never written in place, except the history
+    #: buffers ``_X``, ``_Y`` and ``_K``, written through the call's undo log (``_write``) and
+    #: only beyond their used part (rows ≥ ``_t``, columns ≥ m). The KORS sampler copies in
+    #: O(1), so a round copies nothing of size t or m².
+    _atomic_shared = ("feature_keys_", "feature_names_in_", "kernel_", "dictionary_",
+                      "dictionary_indices_", "_X", "_Y", "_K", "_R", "_q", "_zq", "_pend", "_C",
+                      "_G", "_fixed", "_embed", "_pending")
 
     def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
                  sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
@@ -175,11 +187,12 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._R = np.zeros((0, 0))  # upper, RᵀR + PᵀP = KᵀK + λ K_II (P: pending rows)
         self._q = np.zeros(0)  # KᵀỸ
         self._zq = np.zeros(0)  # R⁻ᵀq
-        self._pend: list[int] = []  # rows of K not yet absorbed in R
+        self._pend: list[int] = []  # rows of K not yet absorbed in R (replaced, never extended)
         self._C = np.zeros((0, 0))  # R⁻ᵀPᵀ
         self._G = np.zeros((0, 0))  # CᵀC
         self._fixed: RecursiveAWV | None = None  # RecursiveAWV on φ̃ in known-inputs mode
-        self._pending: np.ndarray | None = None
+        # this round's (b, R⁻ᵀb or None) between _begin and _end (v for the fixed dictionary)
+        self._pending: tuple | None = None
         self._played = 0
 
     def _start(self, X: ArrayLike, y: ArrayLike,
@@ -194,10 +207,14 @@ class PKAWVNystrom(OnlineRegressorBase):
             b = kernel_block(self.kernel_, self.dictionary_, x[None])[:, 0]
             if self.dictionary == "all" or self._kors.step(b, kernel_diag(self.kernel_, x)):
                 self.dictionary_ = np.vstack([self.dictionary_, x])
-                self.dictionary_indices_.append(i)
+                self.dictionary_indices_ = [*self.dictionary_indices_, i]
         K_II = kernel_block(self.kernel_, self.dictionary_, self.dictionary_)
         self._embed = _inv_sqrt_psd(K_II)
         self._fixed = RecursiveAWV(self.dictionary_.shape[0], float(self.alpha))
+
+    def _write(self, a: np.ndarray, index, value) -> None:
+        """``a[index] = value`` on a history buffer, through the undo log of a continuing call."""
+        logged_write(self.__dict__.get("_undo"), a, index, value)
 
     def _ensure_rows(self, n: int) -> None:
         if n > self._X.shape[0]:
@@ -236,21 +253,32 @@ class PKAWVNystrom(OnlineRegressorBase):
         """R⁻ᵀ v (v of shape (m,) or (m, k))."""
         if self._R.shape[0] == 0:
             return np.zeros(v.shape)
+        if v.ndim == 1 and self._R.flags.c_contiguous:
+            # one BLAS call: Rᵀ is the Fortran-ordered view of the C-ordered R (no copy)
+            return _dtrsv(self._R.T, v, lower=1)
         return solve_triangular(self._R, v, trans="T", check_finite=False)
 
-    def _add_rows(self, B: np.ndarray) -> None:
-        """Rows B (k, m) of the current rounds enter K as pending rows."""
+    def _add_rows(self, B: np.ndarray) -> np.ndarray | None:
+        """Rows B (k, m) of the current rounds enter K as pending rows; returns ``R⁻ᵀBᵀ``."""
         k, m = B.shape
-        rows = list(range(self._t, self._t + k))
-        self._K[self._t : self._t + k, :m] = B
-        self._t += k
+        t = self._t
+        if m:
+            self._write(self._K, (slice(t, t + k), slice(0, m)), B)
+        self._t = t + k
         if m == 0:  # nothing to absorb: the first insertion sees these rows through its column
-            return
-        CB = self._rt_solve(B.T)
+            return None
+        CB = self._rt_solve(B[0])[:, None] if k == 1 else self._rt_solve(B.T)
+        p = len(self._pend)
+        G = np.empty((p + k, p + k))
+        G[:p, :p] = self._G
         GPB = self._C.T @ CB
-        self._G = np.block([[self._G, GPB], [GPB.T, CB.T @ CB]])
+        G[:p, p:] = GPB
+        G[p:, :p] = GPB.T
+        G[p:, p:] = CB.T @ CB
+        self._G = G
         self._C = np.hstack([self._C, CB])
-        self._pend.extend(rows)
+        self._pend = [*self._pend, *range(t, t + k)]
+        return CB
 
     def _woodbury(self, cb: np.ndarray) -> float:
         """``bᵀH⁻¹q`` from ``cb = R⁻ᵀb``: ``cb·zq - (Cᵀcb)ᵀ(I + G)⁻¹(Cᵀzq)``."""
@@ -284,7 +312,7 @@ class PKAWVNystrom(OnlineRegressorBase):
             grown = np.zeros((self._K.shape[0], 2 * self._K.shape[1]))
             grown[:, :m] = self._K[:, :m]
             self._K = grown
-        self._K[:t, m] = a
+        self._write(self._K, (slice(0, t), m), a)
         q_new = float(a @ self._Y[:t])
         self._q = np.append(self._q, q_new)
         self._zq = np.append(self._zq, (q_new - r @ self._zq) / delta)
@@ -295,7 +323,7 @@ class PKAWVNystrom(OnlineRegressorBase):
         else:
             self._C = np.zeros((m + 1, 0))
         self.dictionary_ = np.vstack([self.dictionary_, x])
-        self.dictionary_indices_.append(self._played)
+        self.dictionary_indices_ = [*self.dictionary_indices_, self._played]
         return np.append(b, kappa)
 
     # ---- rounds -------------------------------------------------------------------------------
@@ -303,8 +331,10 @@ class PKAWVNystrom(OnlineRegressorBase):
              clock: Callable[[int], None] | None = None) -> None:
         if self._fixed is not None:
             V = kernel_block(self.kernel_, X, self.dictionary_) @ self._embed.T
+            state = self._fixed.copy()  # replaced, never updated in place (_atomic_shared)
             with single_thread_blas():
-                self._fixed.run_blocked(V, y, self.awv, preds, clock)
+                state.run_blocked(V, y, self.awv, preds, clock)
+            self._fixed = state
             self._played += X.shape[0]
             self.n_rounds_ += X.shape[0]
             return
@@ -353,8 +383,8 @@ class PKAWVNystrom(OnlineRegressorBase):
         k, m = B.shape
         self._ensure_rows(self._t + k)
         rows = slice(self._t, self._t + k)
-        self._X[rows] = X
-        self._Y[rows] = y
+        self._write(self._X, rows, X)
+        self._write(self._Y, rows, y)
         if m:
             p = len(self._pend)
             y_p = self._Y[self._pend]
@@ -372,8 +402,8 @@ class PKAWVNystrom(OnlineRegressorBase):
                 d2 = np.diag(L)[p:] ** 2
                 preds[offset : offset + k] = y_krr / d2 if self.awv else y_krr
             self._add_rows(B)
-            self._q += B.T @ y
-            self._zq += self._C[:, p:] @ y
+            self._q = self._q + B.T @ y
+            self._zq = self._zq + self._C[:, p:] @ y
             if len(self._pend) >= self._flush_at:
                 self._flush()
         else:
@@ -385,44 +415,65 @@ class PKAWVNystrom(OnlineRegressorBase):
             for j in range(offset, offset + k):
                 clock(j)
 
-    def _begin(self, x: np.ndarray, decision: tuple[bool, float] | None = None) -> float:
+    def _begin(self, x: np.ndarray, decision: tuple[bool, float] | None = None,
+               predict: bool = True) -> float:
         if self._fixed is not None:
             v = self._embed @ kernel_block(self.kernel_, self.dictionary_, x[None])[:, 0]
-            return self._fixed.begin(v, self.awv)
+            self._pending = (v,)
+            return float(self._fixed.predict_batch(v[None], self.awv)[0]) if predict else 0.0
         self._ensure_rows(self._t + 1)
         b = kernel_block(self.kernel_, self.dictionary_, x[None])[:, 0]
         kappa = kernel_diag(self.kernel_, x)
-        self._X[self._t] = x
-        self._Y[self._t] = 0.0
-        if self.awv:
-            self._add_rows(b[None])
+        self._write(self._X, self._t, x)
+        self._write(self._Y, self._t, 0.0)
+        cb = self._add_rows(b[None]) if self.awv else None
         if decision is None:
             decision = (True, 1.0) if self.dictionary == "all" else self._kors.decide(b, kappa)
         keep, p = decision
         if keep:
             m = b.size
             b = self._insert(x, b, kappa)
-            if b.size > m and self.dictionary != "all":
-                self._kors.add(b[:m], kappa, p)
-        y_hat = self._woodbury(self._rt_solve(b)) if b.size else 0.0
+            if b.size > m:
+                cb = None  # R has grown: R⁻ᵀb is solved anew
+                if self.dictionary != "all":
+                    self._kors.add(b[:m], kappa, p)
+        cb = None if cb is None else cb[:, 0]
+        y_hat = 0.0
+        if b.size and predict:
+            if cb is None:
+                cb = self._rt_solve(b)
+            y_hat = self._woodbury(cb)
         if not self.awv:
-            self._add_rows(b[None])
-        self._pending = b
+            CB = self._add_rows(b[None])
+            cb = None if CB is None else CB[:, 0]
+        self._pending = (b, cb)
         return y_hat
 
     def _end(self, y: float) -> None:
         self._played += 1
+        assert self._pending is not None  # set by _begin
         if self._fixed is not None:
-            self._fixed.end(y)
+            (v,) = self._pending
+            _, self._fixed = self._fixed.step(v, y, self.awv)
             return
-        b = self._pending
-        assert b is not None  # set by _begin
-        self._Y[self._t - 1] = y
+        b, cb = self._pending
+        self._Y[self._t - 1] = y  # this round's row: its old value is logged by _begin
         if b.size:
-            self._q += y * b
-            self._zq += y * self._rt_solve(b)
+            if cb is None:
+                cb = self._rt_solve(b)
+            self._q = self._q + y * b
+            self._zq = self._zq + y * cb
         if len(self._pend) >= self._flush_at:
             self._flush()
+
+    def _learn_row(self, x: np.ndarray, y: float) -> float:
+        # river's learn_one returns nothing: the round's prediction is not needed, only the
+        # state's finiteness (what learn_one checks), which the new zq carries
+        self._begin(x, predict=False)
+        self._end(y)
+        if self._fixed is not None:
+            return float(self._fixed.w.sum())
+        return float(self._zq.sum())
 
     def _predict_rows(self, X: np.ndarray) -> np.ndarray:
         if self._fixed is not None:

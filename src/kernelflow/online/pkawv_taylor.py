@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from numbers import Integral, Real
 from typing import TYPE_CHECKING
@@ -10,9 +9,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..features.taylor import _ordered_features, _TaylorMap
+from ..features.taylor import _ordered_features, _TaylorMap, check_taylor_size
 from ..operators import memory_budget
-from ..utils._finite import MemoryBudgetError
 from ._base import OnlineRegressorBase
 from ._updates import RecursiveAWV, single_thread_blas
 
@@ -134,30 +132,18 @@ class PKAWVTaylor(OnlineRegressorBase):
             return _ordered_features(X, float(self.sigma), int(self.degree))
         return self._map.batch(X)
 
-    def _feature_count(self, d: int, degree: int) -> int:
-        if self.feature_mode == "ordered":
-            return sum(d**k for k in range(degree + 1))
-        return math.comb(degree + d, d)
-
     def _check_memory(self, d: int) -> None:
-        """Refuse, before allocating, a feature dimension whose r x r state exceeds the budget."""
-        M = int(self.degree)
-        r = self._feature_count(d, M)
-        # A⁻¹ and its copy kept while a partial_fit runs (all-or-nothing), vectors, plan
-        need = 8 * (2 * r * r + 8 * r) + 8 * r * min(d + 1, 64)
-        budget = memory_budget()
-        if need <= budget:
-            return
-        fit = next((m for m in range(M - 1, -1, -1)
-                    if 8 * (2 * self._feature_count(d, m) ** 2 + 8 * self._feature_count(d, m))
-                    <= budget), 0)
-        raise MemoryBudgetError(
-            f"PKAWVTaylor with {d} features and degree={M} has r = {r} Taylor features "
-            f"({'C(degree + d, d)' if self.feature_mode == 'compact' else 'sum of d^k'}): its "
-            f"r x r state needs {need / 2**30:.3g} GiB, above the memory budget of "
-            f"{budget / 2**30:.3g} GiB. Use degree={fit} (r = {self._feature_count(d, fit)}), "
-            "fewer features, or PKAWVNystrom / KernelAWV for high-dimensional inputs."
-        )
+        """Refuse, before allocating, a feature dimension whose r x r state exceeds the budget.
+
+        r is counted in closed form with an early stop (O(log budget) steps), so an absurd
+        degree or dimension is refused at once.
+        """
+        # r x r: A⁻¹, the copy a partial_fit plays into, and the blocked rounds' full inverse,
+        # its two triangles and the Woodbury product (7 r² floats at the peak); vectors, plan
+        check_taylor_size(d, int(self.degree), mode=self.feature_mode,
+                          bytes_per_feature=8 * 8 + 8 * min(d + 1, 64) + 24 * d,
+                          bytes_per_feature_squared=7 * 8, budget=memory_budget(),
+                          what=f"PKAWVTaylor's r x r state (feature_mode={self.feature_mode!r})")
 
     def _reset(self, d: int) -> None:
         self._check_memory(d)
