@@ -804,6 +804,10 @@ def test_worker_processes_are_refused(tmp_path, build, cls_suffix, n_jobs):
     "sklearn.decomposition._sparse_pca:SparsePCA",
     "sklearn.decomposition._nmf:NMF",
     "sklearn.kernel_approximation:PolynomialCountSketch",
+    "sklearn.preprocessing._polynomial:PolynomialFeatures",
+    "sklearn.preprocessing._encoders:OneHotEncoder",
+    "sklearn.preprocessing._discretization:KBinsDiscretizer",
+    "sklearn.preprocessing._label:MultiLabelBinarizer",
 ])
 def test_scikit_learn_classes_that_cannot_be_bounded_are_refused(saved, path):
     assert lookup_model_class(path) is None
@@ -1138,3 +1142,17 @@ def test_loaded_models_start_no_process_write_no_file_and_stay_in_budget(tmp_pat
     assert list(watched.iterdir()) == [], "a file was written"
     assert sorted(tmp_path.iterdir()) == sorted([*files.values(), watched])
     assert peak <= budget, f"RSS grew by {peak} bytes, more than the budget of {budget}"
+
+
+def test_worker_processes_hidden_in_keyword_dictionaries_are_refused(tmp_path):
+    from sklearn.kernel_ridge import KernelRidge as SklearnKernelRidge
+
+    X, y, X_new = _data()
+    model = SklearnKernelRidge(kernel="rbf", kernel_params={"gamma": 0.5}).fit(X, y)
+    path = save_model(model, tmp_path / "m.npz")
+    np.testing.assert_array_equal(load_model(path).predict(X_new), model.predict(X_new))
+    # pairwise_kernels(..., **kernel_params) would start 12 workers at every predict
+    _forge_class(path, "KernelRidge", "params", "kernel_params",
+                 {"type": "dict", "items": [["gamma", 0.5], ["n_jobs", 12]]})
+    with pytest.raises(ModelFileError, match=r"kernel_params\['n_jobs'\].*worker processes"):
+        load_model(path)

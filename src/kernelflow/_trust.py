@@ -123,6 +123,11 @@ def check_value(name: str, value: Any, where: str) -> None:
                          "written and read back at fit); only memory=None is restored")
     elif _PATH_NAMES.search(name) and _holds_text(value):
         _fail(where, f"{name}={str(value)[:60]!r}: a model file may not name a file or directory")
+    elif isinstance(value, dict):
+        # keyword dictionaries (kernel_params, fit options) reach functions as arguments
+        for key, item in value.items():
+            if isinstance(key, str):
+                check_value(key, item, f"{where}[{key!r}]")
     elif _int(value) is not None and (_BYTE_NAMES.match(name) or _ELEMENT_NAMES.match(name)):
         cap, number = _memory_cap(), int(value)
         if _BYTE_NAMES.match(name) and number > cap:

@@ -369,14 +369,18 @@ SKLEARN_MODEL_PACKAGES = (
 #: public estimators of those packages that a model file may *not* name: what they do after
 #: loading cannot be bounded by checking the file. Dictionary learning, sparse coding, sparse PCA
 #: and LDA run iterative solvers (and, with ``n_jobs``, worker processes) at ``transform``; NMF
-#: runs its solver at ``transform``; ``PolynomialCountSketch`` allocates ``degree x
-#: n_components`` per row from two integers; ``SplineTransformer`` holds SciPy splines the format
-#: cannot store; ``IterativeImputer`` and ``TargetEncoder`` hold fitted sub-models or folds
-#: outside the format. Registering one of them explicitly (:func:`register`) admits it again.
+#: runs its solver at ``transform``; ``PolynomialCountSketch`` and ``PolynomialFeatures``
+#: allocate output widths read from fitted integers; ``OneHotEncoder`` (and ``KBinsDiscretizer``,
+#: which holds one) and ``MultiLabelBinarizer`` build sparse matrices whose column indices come
+#: from fitted state and which SciPy densifies without checking them; ``SplineTransformer`` holds
+#: SciPy splines the format cannot store; ``IterativeImputer`` and ``TargetEncoder`` hold fitted
+#: sub-models or folds outside the format. Registering one of them explicitly
+#: (:func:`register`) admits it again.
 SKLEARN_REFUSED = frozenset({
     "DictionaryLearning", "MiniBatchDictionaryLearning", "SparseCoder", "SparsePCA",
     "MiniBatchSparsePCA", "LatentDirichletAllocation", "NMF", "MiniBatchNMF",
-    "PolynomialCountSketch", "SplineTransformer", "IterativeImputer", "TargetEncoder",
+    "PolynomialCountSketch", "PolynomialFeatures", "OneHotEncoder", "KBinsDiscretizer",
+    "MultiLabelBinarizer", "SplineTransformer", "IterativeImputer", "TargetEncoder",
 })
 
 #: kinds of model-file classes, as the node types of the format name them
