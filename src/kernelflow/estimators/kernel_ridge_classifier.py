@@ -1,18 +1,26 @@
-"""Kernel ridge classifiers: one-vs-rest least squares on {-1, 1} targets (exact and Nyström)."""
+"""Kernel ridge classifiers: one-vs-rest least squares on {-1, 1} targets (exact and Nyström),
+with probabilities by temperature scaling of cross-validated scores."""
 
 from __future__ import annotations
 
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context, clone
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, check_X_y, to_output
+from ._calibration import (
+    content_folds,
+    cross_validated_scores,
+    fit_inverse_temperature,
+    scores_to_proba,
+)
 from ._base import (
     KERNEL_CONSTRAINTS,
     PRECOMPUTED,
@@ -48,19 +56,34 @@ def encode_labels(estimator, X, y, sample_weight):
     return Xt, torch.as_tensor(idx, dtype=torch.long, device=Xt.device), sw, classes
 
 
+CALIBRATION_CONSTRAINTS: dict = {
+    "calibration_cv": [Interval(Integral, 2, None, closed="left"), None],
+}
+
+
 class _RidgeClassifierBase(AtomicFitMixin, ClassifierMixin, BaseEstimator):
     """Fits the regressor of ``_regressor()`` to {-1, 1} class indicators (one column per class,
-    a single column for two classes) and predicts the class of the largest decision value."""
+    a single column for two classes) and predicts the class of the largest decision value;
+    ``calibration_cv`` folds of the same fit give the scores that calibrate ``predict_proba``."""
 
     def _regressor(self):
         raise NotImplementedError
+
+    def _fold_regressor(self):
+        """The regressor of the calibration folds (the fitted kernel, the fitted centres)."""
+        raise NotImplementedError
+
+    def _precomputed(self) -> bool:
+        return False
 
     def _check_kernel_input(self, X, fit: bool) -> None:
         """Shape checks of a precomputed kernel matrix (none for feature inputs)."""
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
-        """Fit one least-squares regression per class on {-1, 1} targets.
+        """Fit one least-squares regression per class on {-1, 1} targets, then (unless
+        ``calibration_cv=None``) the inverse temperature of ``predict_proba`` on the scores of
+        ``calibration_cv`` cross-validation folds.
 
         Parameters
         ----------
@@ -83,7 +106,27 @@ class _RidgeClassifierBase(AtomicFitMixin, ClassifierMixin, BaseEstimator):
         self.regressor_ = self._regressor().fit(Xt, Y, sample_weight=sw)
         if hasattr(self.regressor_, "n_iter_"):
             self.n_iter_ = self.regressor_.n_iter_
+        if self.calibration_cv is not None:
+            self.inverse_temperature_ = self._calibrate(Xt, Y, idx, sw)
         return self
+
+    def _calibrate(self, Xt, Y, idx, sw) -> float:
+        def fold_scores(train, test):
+            tr = torch.as_tensor(train, device=Xt.device)
+            te = torch.as_tensor(test, device=Xt.device)
+            X_tr, X_te = Xt[tr], Xt[te]
+            if self._precomputed():
+                X_tr, X_te = X_tr[:, tr], X_te[:, tr]
+            reg = self._fold_regressor().fit(X_tr, Y[tr],
+                                             sample_weight=None if sw is None else sw[tr])
+            return reg.predict(X_te)
+
+        fold = content_folds(Xt, idx, sw, self.calibration_cv, self.random_state)
+        if fold is None:  # a class seen once: no out-of-fold score, calibrate on the fit's own
+            F = self.regressor_.predict(Xt)
+        else:
+            F = cross_validated_scores(fold_scores, fold)
+        return fit_inverse_temperature(F, idx, sw)
 
     def decision_function(self, X):
         """Least-squares scores: shape (n_samples,) for two classes (positive means
@@ -118,6 +161,45 @@ class _RidgeClassifierBase(AtomicFitMixin, ClassifierMixin, BaseEstimator):
         pick = (scores > 0).long() if scores.ndim == 1 else scores.argmax(1)
         return self.classes_[pick.cpu().numpy()]
 
+    def _has_proba(self):
+        return self.calibration_cv is not None
+
+    def _proba(self, X, log):
+        check_is_fitted(self)
+        Xt, kind = check_X(self, X, reset=False)
+        F = self.regressor_.predict(Xt)
+        return to_output(scores_to_proba(F, self.inverse_temperature_, log=log).to(F.dtype),
+                         kind)
+
+    @available_if(_has_proba)
+    def predict_proba(self, X):
+        """Class probabilities softmax(beta * scores) (two classes: scores (-f, f)), beta the
+        fitted ``inverse_temperature_``; the arg-max is :meth:`predict`'s class.
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        proba : ndarray or tensor of shape (n_samples, n_classes)
+        """
+        return self._proba(X, log=False)
+
+    @available_if(_has_proba)
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba` (computed as a log-softmax).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_proba : ndarray or tensor of shape (n_samples, n_classes)
+        """
+        return self._proba(X, log=True)
+
 
 _SHARED = ("kernel", "sigma", "gamma", "degree", "coef0", "fit_intercept", "options")
 
@@ -127,11 +209,18 @@ class KernelRidgeClassifier(_RidgeClassifierBase):
 
     One :class:`~kernelflow.estimators.KernelRidge` fit with one target column per class (one
     column for two classes, as scikit-learn's ``RidgeClassifier``), all columns sharing one
-    Cholesky factorisation; the predicted class has the largest score. The scores are not
-    probabilities, so there is no ``predict_proba``
-    (:class:`~kernelflow.estimators.NystromKernelLogisticRegression` has one).
+    Cholesky factorisation; the predicted class has the largest score. The scores estimate
+    2 P(class | x) - 1 but are not probabilities: ``predict_proba`` is softmax(beta * scores)
+    (two classes: of (-f, f)), with the inverse temperature beta fitted to the scores of a
+    stratified ``calibration_cv``-fold cross-validation of the same model, folds decided by
+    row content as the package's holdout rule, so that an integer weight acts as repeating the
+    row (temperature
+    scaling, as scikit-learn's ``CalibratedClassifierCV(method="temperature",
+    ensemble=False)``, to Platt's regularised targets). Its arg-max is always :meth:`predict`'s
+    class.
 
-    Cost: O(n^3 / 3 + n^2 c) to fit with c classes, O(n m d) to predict m points.
+    Cost: O(n^3 / 3 + n^2 c) to fit with c classes, about ``calibration_cv`` times
+    O(((k - 1) n / k)^3 / 3) more for the folds; O(n m d) to predict m points.
 
     Parameters
     ----------
@@ -148,12 +237,21 @@ class KernelRidgeClassifier(_RidgeClassifierBase):
         Centre the indicators by their (weighted) means.
     solver : {"auto", "cholesky", "eigen"}, default="auto"
     options : Options, default=None
+    calibration_cv : int or None, default=5
+        Folds of the cross-validation that calibrates ``predict_proba`` (lowered to the number
+        of distinct rows of the smallest class; with a class seen once the fit's own scores are
+        used). None:
+        no calibration and no ``predict_proba``, the fit costs one factorisation.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the hash that deals the rows to the calibration folds.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
     regressor_ : KernelRidge
         The fitted regression on the indicators.
+    inverse_temperature_ : float
+        beta of ``predict_proba`` (not set with ``calibration_cv=None``).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.
@@ -163,19 +261,25 @@ class KernelRidgeClassifier(_RidgeClassifierBase):
     >>> from sklearn.datasets import make_moons
     >>> from kernelflow.estimators import KernelRidgeClassifier
     >>> X, y = make_moons(200, noise=0.1, random_state=0)
-    >>> clf = KernelRidgeClassifier(alpha=0.1, sigma=0.5).fit(X, y)
+    >>> clf = KernelRidgeClassifier(alpha=0.1, sigma=0.5, random_state=0).fit(X, y)
     >>> round(clf.score(X, y), 2)
     0.99
+    >>> clf.predict_proba(X[:2]).round(3)
+    array([[0.994, 0.006],
+           [0.008, 0.992]])
     """
 
     _parameter_constraints: dict = {
         "alpha": [Interval(Real, 0, None, closed="left")],
         "solver": [StrOptions({"auto", "cholesky", "eigen"})],
         **PRECOMPUTED_KERNEL_CONSTRAINTS,
+        **CALIBRATION_CONSTRAINTS,
+        "random_state": ["random_state"],
     }
 
     def __init__(self, alpha=1.0, *, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
-                 fit_intercept=True, solver="auto", options=None):
+                 fit_intercept=True, solver="auto", options=None, calibration_cv=5,
+                 random_state=None):
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -185,10 +289,16 @@ class KernelRidgeClassifier(_RidgeClassifierBase):
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.options = options
+        self.calibration_cv = calibration_cv
+        self.random_state = random_state
 
     def _regressor(self):
         return KernelRidge(alpha=self.alpha, solver=self.solver,
                            **{k: getattr(self, k) for k in _SHARED})
+
+    def _fold_regressor(self):
+        return clone(self.regressor_).set_params(kernel=self.regressor_.kernel_, sigma=None,
+                                                 gamma=None)
 
     def _precomputed(self) -> bool:
         return isinstance(self.kernel, str) and self.kernel == PRECOMPUTED
@@ -209,9 +319,12 @@ class NystromKernelRidgeClassifier(_RidgeClassifierBase):
     One :class:`~kernelflow.estimators.NystromKernelRidge` fit with one target column per class
     (one for two classes); every column shares the centres, the preconditioner and each streamed
     kernel block. With all training points as centres it is
-    :class:`KernelRidgeClassifier`. No ``predict_proba`` (the scores are not calibrated).
+    :class:`KernelRidgeClassifier`. ``predict_proba`` as in :class:`KernelRidgeClassifier`:
+    temperature scaling of cross-validated scores, the folds reusing the fitted centres and
+    kernel.
 
-    Cost: O(M^3 + M^2 d) setup, O(n M (d + 2c)) per conjugate-gradient iteration.
+    Cost: O(M^3 + M^2 d) setup, O(n M (d + 2c)) per conjugate-gradient iteration; the
+    calibration folds cost about ``calibration_cv`` times (k - 1) / k as much again.
 
     Parameters
     ----------
@@ -225,12 +338,17 @@ class NystromKernelRidgeClassifier(_RidgeClassifierBase):
     dtype : {"float32", "float64"} or None, default=None
     block_size : int, default=None
     random_state : int, RandomState instance or None, default=None
+        Seeds the centre selection and the calibration folds.
     options : Options, default=None
+    calibration_cv : int or None, default=5
+        As in :class:`KernelRidgeClassifier`.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
     regressor_ : NystromKernelRidge
+    inverse_temperature_ : float
+        beta of ``predict_proba`` (not set with ``calibration_cv=None``).
     n_iter_ : int
         Conjugate-gradient iterations run.
     n_features_in_ : int
@@ -252,11 +370,13 @@ class NystromKernelRidgeClassifier(_RidgeClassifierBase):
             *KERNEL_CONSTRAINTS)},
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="neither"), None],
+        **CALIBRATION_CONSTRAINTS,
     }
 
     def __init__(self, n_components=100, *, landmarks="uniform", alpha=1.0, kernel="rbf",
                  sigma=None, gamma=None, degree=3, coef0=1.0, fit_intercept=True, max_iter=100,
-                 tol=None, dtype=None, block_size=None, random_state=None, options=None):
+                 tol=None, dtype=None, block_size=None, random_state=None, options=None,
+                 calibration_cv=5):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -272,6 +392,13 @@ class NystromKernelRidgeClassifier(_RidgeClassifierBase):
         self.block_size = block_size
         self.random_state = random_state
         self.options = options
+        self.calibration_cv = calibration_cv
+
+    def _fold_regressor(self):
+        C = self.regressor_.centers_
+        return clone(self.regressor_).set_params(
+            n_components=C.shape[0], landmarks=C, kernel=self.regressor_.kernel_, sigma=None,
+            gamma=None)
 
     def _regressor(self):
         return NystromKernelRidge(

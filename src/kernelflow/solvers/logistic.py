@@ -44,7 +44,8 @@ import torch
 
 from ..linalg import conjugate_gradient
 
-__all__ = ["LogisticSolution", "softmax_objective", "nystrom_logistic_newton"]
+__all__ = ["LogisticSolution", "softmax_objective", "nystrom_logistic_newton", "smoothed_targets",
+           "temperature_scaling"]
 
 logger = logging.getLogger(__name__)
 
@@ -222,3 +223,90 @@ def nystrom_logistic_newton(
     converged = converged or norms[-1] <= max(tol, 1e-8) * g0
     return LogisticSolution(coef=T @ Th, intercept=b, n_iter=k, converged=bool(converged),
                             objective=J, gradient_norms=norms, cg_iterations=cg_its)
+
+
+def smoothed_targets(labels: torch.Tensor, n_classes: int,
+                     sample_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Platt's regularised targets, (n, c): (N_y + 1) / (N_y + 2) on the row's class y, the
+    rest 1 / (N_y + 2) shared equally by the other classes (N_y: the (weighted) count of class y).
+
+    For two classes these are Platt's (1999) t+ = (N+ + 1) / (N+ + 2), t- = 1 / (N- + 2);
+    they keep a calibration map finite on separable scores.
+    """
+    n, c = labels.shape[0], int(n_classes)
+    w = torch.ones(n, dtype=_F64) if sample_weight is None else sample_weight.to(_F64)
+    counts = torch.zeros(c, dtype=_F64).index_add_(0, labels, w)
+    N = counts[labels]  # (n,)
+    Q = (1.0 / (N + 2.0) / (c - 1))[:, None].expand(n, c).clone()
+    Q[torch.arange(n), labels] = (N + 1.0) / (N + 2.0)
+    return Q
+
+
+def temperature_scaling(
+    logits: torch.Tensor,  # (n, c)
+    labels: torch.Tensor,  # (n,) long, in [0, c)
+    *,
+    sample_weight: torch.Tensor | None = None,
+    bounds: tuple[float, float] = (math.exp(-10.0), math.exp(10.0)),
+    tol: float = 1e-10,
+    max_iter: int = 100,
+) -> float:
+    """Inverse temperature beta minimising sum_i w_i [log sum_k exp(beta L_ik) - beta Q_i . L_i].
+
+    Guo et al. (2017)'s temperature scaling (scikit-learn's ``CalibratedClassifierCV(
+    method="temperature")``), fitted to Platt's regularised targets Q
+    (:func:`smoothed_targets`) rather than the 0/1 labels, so that separable scores give a
+    finite beta. The objective is convex in beta with derivative sum_i w_i (P_i - Q_i) . L_i
+    (P = softmax(beta L)) and second derivative sum_i w_i Var_{P_i}(L_i): safeguarded Newton
+    steps on that derivative inside ``bounds`` (bisection when a step leaves the bracket).
+    softmax(beta L) keeps the arg-max of L. Cost O(n c) per step.
+
+    Examples
+    --------
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> f = torch.randn(2000, generator=g, dtype=torch.float64)
+    >>> y = (torch.rand(2000, generator=g, dtype=torch.float64) < torch.sigmoid(6 * f)).long()
+    >>> beta = temperature_scaling(torch.stack([-f, f], 1), y)  # true logit 6 f = 2 beta f
+    >>> round(beta, 0)
+    3.0
+    """
+    L = logits.to(_F64)
+    n, c = L.shape
+    if c < 2 or labels.shape[0] != n:
+        raise ValueError(f"temperature_scaling needs (n, c >= 2) logits and n labels, got "
+                         f"logits of shape {tuple(L.shape)} and {labels.shape[0]} labels.")
+    if not bool(torch.isfinite(L).all()):
+        raise ValueError("temperature_scaling: the scores contain NaN or infinity.")
+    w = torch.ones(n, dtype=_F64) if sample_weight is None else sample_weight.to(_F64)
+    Q = smoothed_targets(labels, c, w)
+    qL = (Q * L).sum(1)
+
+    def derivatives(beta):
+        P = torch.softmax(beta * L, 1)
+        mean = (P * L).sum(1)
+        g = float(w @ (mean - qL))
+        h = float(w @ ((P * L * L).sum(1) - mean * mean))
+        return g, h
+
+    lo, hi = bounds
+    g_lo, _ = derivatives(lo)
+    if g_lo >= 0:  # the scores carry no signal (or the wrong one): the flattest map allowed
+        return lo
+    g_hi, _ = derivatives(hi)
+    if g_hi <= 0:
+        return hi
+    beta = 1.0 if lo < 1.0 < hi else math.sqrt(lo * hi)
+    for _ in range(max_iter):
+        g, h = derivatives(beta)
+        if g > 0:
+            hi = beta
+        else:
+            lo = beta
+        new = beta - g / h if h > 0 else 0.5 * (lo + hi)
+        if not lo < new < hi:
+            new = 0.5 * (lo + hi)
+        if abs(new - beta) <= tol * max(beta, 1.0) or hi - lo <= tol * max(beta, 1.0):
+            return new
+        beta = new
+    return beta
