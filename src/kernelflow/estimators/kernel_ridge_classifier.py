@@ -15,17 +15,17 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, check_X_y, to_output
-from ._calibration import (
-    content_folds,
-    cross_validated_scores,
-    fit_inverse_temperature,
-    scores_to_proba,
-)
 from ._base import (
     KERNEL_CONSTRAINTS,
     PRECOMPUTED,
     PRECOMPUTED_KERNEL_CONSTRAINTS,
     check_precomputed,
+)
+from ._calibration import (
+    content_folds,
+    cross_validated_scores,
+    fit_inverse_temperature,
+    scores_to_proba,
 )
 from .kernel_ridge import KernelRidge
 from .nystrom_ridge import NYSTROM_CONSTRAINTS, NystromKernelRidge
