@@ -84,9 +84,10 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         variance are then used by ``predict(return_std=True)`` and
         ``log_marginal_likelihood()``.
     n_restarts_optimizer : int, default=0
-        Further L-BFGS runs of ``learn_hyperparameters`` from random starts (each parameter
-        log-uniform within its bounds, seeded by ``random_state``), as in scikit-learn's
-        ``GaussianProcessRegressor``; the best run wins.
+        Further L-BFGS runs of ``learn_hyperparameters`` from random starts, as in
+        scikit-learn's ``GaussianProcessRegressor``: each parameter log-uniform within a
+        factor of 10 of the best screened start (clipped to its bounds), seeded by
+        ``random_state``; the best run wins.
     sigma_bounds : (float, float), default=(1e-3, 1e3)
         Bounds of the learned bandwidths, relative to the median-heuristic bandwidth of the
         training inputs.

@@ -371,8 +371,8 @@ class NystromKernelRidge(_NystromBase):
         the DTC approximation, "fitc" for FITC (exact prior variance at the training points).
     n_restarts_optimizer : int, default=0
         Further L-BFGS runs of ``learn_hyperparameters`` from random starts (log-uniform
-        within the bounds, seeded by ``random_state``), as in scikit-learn's
-        ``GaussianProcessRegressor``.
+        within a factor of 10 of the best screened start, clipped to the bounds, seeded by
+        ``random_state``), as in scikit-learn's ``GaussianProcessRegressor``.
     sigma_bounds : (float, float), default=(1e-3, 1e3)
         Bounds of the learned bandwidths, relative to the median-heuristic bandwidth.
     alpha_bounds : (float, float), default=(1e-6, 1e3)

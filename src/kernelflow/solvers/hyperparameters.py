@@ -43,6 +43,8 @@ from ..utils.holdout import holdout_indices
 
 _SIGMA_FACTORS = (1.0, 1 / 3, 3.0, 0.1, 10.0, 1 / 30, 30.0)
 _ALPHA_FACTORS = (1.0, 1e-2, 1e2)
+#: random restarts draw every parameter within this factor of the best screened start
+RESTART_SPAN = 10.0
 # the float32 search stops below this penalty (relative to the unit diagonal of a stationary
 # kernel): the rounding of a float32 factorisation, about n eps_32 / alpha relative in the
 # smallest eigenvalues, then reaches the marginal likelihood's tolerance
@@ -392,9 +394,9 @@ def learn_hyperparameters(
     criterion each: the kernel as given (e.g. the median heuristic) with the penalty times 1,
     1e-2 and 1e2, then every bandwidth times 1/3, 3, 1/10, 10, ... (``n_starts`` factors in
     all, the given bandwidths included) with the best of those penalties; the best
-    ``n_restarts`` starts are optimised, then ``n_random_starts`` more, each parameter drawn
-    log-uniformly within its bounds (scikit-learn's ``n_restarts_optimizer``). The best
-    optimised point wins.
+    ``n_restarts`` starts are optimised, then ``n_random_starts`` more (scikit-learn's
+    ``n_restarts_optimizer``), each parameter drawn log-uniformly within a factor of 10 of the
+    best screened start and clipped to its bounds. The best optimised point wins.
     ARD: give the kernel a vector ``sigma`` (one entry per feature; equal entries are fine).
 
     Parameters
@@ -424,8 +426,8 @@ def learn_hyperparameters(
     n_restarts : int, default=1
         Screened starts that are optimised.
     n_random_starts : int, default=0
-        Further L-BFGS runs from random starts (log-uniform within the bounds, drawn with
-        ``random_state``).
+        Further L-BFGS runs from random starts (log-uniform within a factor of 10 of the best
+        screened start, clipped to the bounds, drawn with ``random_state``).
     max_iter : int, default=100
         L-BFGS iterations per start.
     tol : float, default=None
@@ -570,10 +572,17 @@ def learn_hyperparameters(
         screen(fs, fa_best)
     starts.sort(key=lambda t: (t[0], t[1]))
     runs = starts[:max(1, int(n_restarts))]
-    if n_random_starts:  # scikit-learn's restarts: log-uniform within the bounds
+    if n_random_starts:
+        # log-uniform draws around the best screened start (a factor of RESTART_SPAN either
+        # way), clipped to the bounds: draws over the whole bounds (six decades of bandwidth)
+        # mostly start on the flat plateaus of a near-diagonal or near-constant kernel
         rng = np.random.RandomState(random_state if isinstance(random_state, int) else 0)
+        theta0 = lo + (hi - lo) * torch.sigmoid(starts[0][2])
         for _ in range(int(n_random_starts)):
-            u = torch.logit(torch.as_tensor(rng.uniform(0.02, 0.98, size=lo.numel())))
+            theta = theta0 + torch.as_tensor(rng.uniform(-1.0, 1.0, size=lo.numel())
+                                             * math.log(RESTART_SPAN))
+            frac = ((theta - lo) / (hi - lo)).clamp(1e-6, 1 - 1e-6)
+            u = torch.logit(frac)
             runs.append((safe_value(u, objective), len(starts) + len(runs), u))
 
     best = None
