@@ -72,6 +72,18 @@ def device_info(device: torch.device) -> dict:
     return info
 
 
+def _commit() -> str | None:
+    """The checkout's commit, when git and the repository are there."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, cwd=Path(__file__).resolve().parent
+                              ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def write_outputs(out: Path, result: dict) -> None:
     (out / "gpu_check.json").write_text(json.dumps(result, indent=1, default=str))
     (out / "gpu_check.md").write_text(sections.markdown(result))
@@ -107,6 +119,7 @@ def main(argv=None) -> int:
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "command": "bash benchmarks/gpu/run.sh " + " ".join(sys.argv[1:]).replace(
             f"--out {args.out}", "").strip(),
+        "commit": _commit(),
         "quick": bool(args.quick),
         "scale": args.scale,
         "device": device_info(device),

@@ -164,7 +164,8 @@ def section_tests(ctx: Context) -> None:
     junit = ctx.out / "tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            str(ROOT / "tests" / "test_cuda.py"), "-k", "not quick_cpu_mode",
-           f"--junitxml={junit}", "-W", "ignore::sklearn.exceptions.ConvergenceWarning"]
+           f"--junitxml={junit}", "--durations=15",
+           "-W", "ignore::sklearn.exceptions.ConvergenceWarning"]
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     if not ctx.cuda and not ctx.quick:  # a dry run of the GPU tests' logic on the CPU
@@ -608,7 +609,7 @@ def markdown(result: dict) -> str:
     name = dev.get("name")
     lines += [f"- device: {dev['type']} ({name}; {dev.get('cpus')} host CPUs)",
               f"- date: {result['date']}",
-              f"- command: `{result['command']}`",
+              f"- command: `{result['command']}` (commit {result.get('commit') or 'unknown'})",
               f"- torch {dev.get('torch')}, CUDA {dev.get('cuda')}", ""]
     spec = dev.get("spec")
     if spec:
