@@ -472,8 +472,11 @@ def test_global_options_are_accepted_after_the_command(workdir, monkeypatch, cap
     args = build_parser().parse_args(["fit", "train.csv", "-m", "kernel_ridge"])
     assert args.verbose == 0 and not args.debug and not args.quiet
     res = _main(workdir, monkeypatch, capsys, "fit", "train.csv", "-t", "y", "-m",
-                "kernel_ridge", "--cv", "0", "-o", "verbose.npz", "-v", "-q")
+                "kernel_ridge_cv", "--cv", "0", "-o", "verbose.npz", "-v", "-q")
     assert res.returncode == 0 and res.stderr == "", res.stderr  # -q: no progress lines
+    from kernelflow.io import load_model
+
+    assert load_model(workdir / "verbose.npz")[-1].verbose == 1  # -v reaches the estimator
     monkeypatch.chdir(workdir)
     with pytest.raises(CLIError, match="file not found"):  # --debug after it: the traceback
         main(["info", "gone.npz", "--debug"])

@@ -258,14 +258,14 @@ def test_demo_figure_shows_rmse_per_method(tmp_path):
 # labels name the criterion; landmark curves have distinct colours and show their spread
 # ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name, params, ylabel", [
-    ("sign_gradient", {"validation_loss": "huber"}, "validation Huber loss (MPa)"),
+    ("sign_gradient", {"validation_loss": "huber"}, "validation Huber loss (MPa²)"),
     ("sign_gradient", {"validation_loss": "absolute"}, "validation mean absolute error (MPa)"),
     ("gradient_descent", {"validation_loss": "squared"}, "validation MSE (MPa²)"),
-    ("huber_gradient_descent", {}, "validation Huber loss (MPa)"),
+    ("huber_gradient_descent", {}, "validation Huber loss (MPa²)"),
     ("kernel_ridge_cv", {"sigmas": [0.3, 1.0]}, "leave-one-out MSE (MPa²)"),
     ("kernel_ridge_cv", {"sigmas": [0.3, 1.0], "cv": 3}, "cross-validated MSE (MPa²)"),
     ("sign_gradient_cv", {"cv": 2, "sigmas": [0.5, 1.0], "max_iter": 200},
-     "cross-validated Huber loss (MPa)"),
+     "cross-validated Huber loss (MPa²)"),
     ("nystrom_robust", {"n_components": 20, "loss": "absolute", "early_stopping": True,
                         "random_state": 0}, "validation mean absolute error (MPa)"),
 ])

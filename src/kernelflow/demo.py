@@ -282,8 +282,9 @@ def _verdict(rows: list[dict[str, Any]], n_splits: int, outlier_fraction: float)
         else:
             what = (f"beats scikit-learn's Huber on Nystroem features (mean RMSE "
                     f"{sign['rmse']:.2f} vs {huber['rmse']:.2f})")
+        mae = "lower" if sign["mae"] < huber["mae"] else "higher"
         out.append(f"sign-gradient descent {what}; lower RMSE on {wins} of {n_splits} "
-                   "split(s)")
+                   f"split(s); its mean MAE is {mae} ({sign['mae']:.2f} vs {huber['mae']:.2f})")
     return out
 
 

@@ -235,7 +235,7 @@ def criterion_label(estimator, *, cross_validated: bool = False,
 
     Read from its ``validation_loss`` parameter (early-stopped paths, path CV), its ``loss``
     (robust Nyström) or its ``criterion`` (``KernelRidgeCV``: leave-one-out or GCV); squared
-    criteria carry the square of ``unit``, others ``unit`` itself.
+    and Huber losses carry the square of ``unit``, absolute and pinball losses ``unit``.
 
     Examples
     --------
@@ -253,19 +253,20 @@ def criterion_label(estimator, *, cross_validated: bool = False,
     name = getattr(e, "validation_loss", None)
     if not isinstance(name, str):
         name = getattr(e, "loss", None)
+    power = 2  # the unit's power in the criterion: r^2 (squared, Huber, Tukey), |r|, or none
     if isinstance(name, str) and name in _CRITERIA:
         what = _CRITERIA[name]
-        squared = name == "squared"
+        power = {"absolute": 1, "quantile": 1, "epsilon_insensitive": 1, "hinge": 0,
+                 "log": 0, "logistic": 0}.get(name, 2)
     elif getattr(e, "criterion", None) in ("loo", "gcv") and getattr(e, "cv", None) is None:
         what = "leave-one-out MSE" if e.criterion == "loo" else "GCV score (MSE scale)"
-        squared = True
         cross_validated = False
     else:  # every other recorded criterion is the mean squared error
-        what, squared = "MSE", True
+        what = "MSE"
     if not what.startswith(("leave", "GCV")):
         what = ("cross-validated " if cross_validated else "validation ") + what
-    if unit:
-        what += f" ({unit}²)" if squared else f" ({unit})"
+    if unit and power:
+        what += f" ({unit}²)" if power == 2 else f" ({unit})"
     return what
 
 
