@@ -101,8 +101,59 @@ def fit_path_estimator(est, X, y, sample_weight=None):
     return est
 
 
+def check_bandwidth_on_data(est, kernel, X: torch.Tensor, max_rows: int = 256) -> None:
+    """Refuse a bandwidth at which the kernel matrix of X is degenerate or cannot be computed.
+
+    As the bandwidth of a stationary kernel shrinks (``gamma`` grows), ``K`` tends to the
+    identity: every ``k(x_i, x_j)`` of distinct rows underflows to 0, the path fits the training
+    targets row by row and predicts the intercept everywhere else, so early stopping and
+    validation have nothing to choose. Further still, ``|x|²/σ²`` dwarfs the squared distances
+    and the kernel's own diagonal is lost to rounding (NaN, 0 or inf), which made the
+    eigensolver of the step-size rule fail. Both are refused here, before any solve, with a
+    ``ValueError`` that names the parameter and the median-heuristic value for X. Checked on
+    at most ``max_rows`` evenly spaced rows: O(max_rows² d).
+    """
+    if not getattr(kernel, "is_stationary", False) or X.shape[0] < 2:
+        return
+    n = X.shape[0]
+    idx = torch.unique(torch.linspace(0, n - 1, min(n, max_rows), dtype=torch.float64).round()
+                       .to(torch.long))
+    Xs = torch.unique(X[idx.to(X.device)].to(torch.float64), dim=0)
+    if Xs.shape[0] < 2:
+        return
+    with torch.no_grad():
+        K = kernel(Xs)
+        diag = kernel.diag(Xs)
+    finite = bool(torch.isfinite(K).all())
+    if finite:
+        lost = float((K.diagonal() - diag).abs().max()) > 1e-3 * max(float(diag.abs().max()), 1.0)
+        off = K - torch.diag(K.diagonal())
+        identity = float(off.abs().max()) == 0.0
+    if finite and not lost and not identity:
+        return
+    if getattr(est, "gamma", None) is not None:
+        name, value = "gamma", est.gamma
+    elif isinstance(getattr(est, "kernel", None), Kernel):
+        name, value = "kernel", est.kernel
+    else:
+        name, value = "sigma", getattr(est, "sigma", None)
+    med = median_heuristic(Xs)
+    hint = {"gamma": f"gamma near {0.5 / med**2:.3g}", "sigma": f"sigma near {med:.3g}",
+            "kernel": f"a kernel bandwidth near {med:.3g}"}[name]
+    if not finite or lost:
+        why = ("the kernel cannot be evaluated on X in float64 (k(x, x) comes out as NaN, 0 or "
+               "inf instead of its value: the bandwidth is far below the scale of X)")
+    else:
+        why = ("k(x_i, x_j) underflows to 0 for every pair of distinct rows, so the kernel "
+               "matrix is the identity and the model would predict the intercept everywhere "
+               "off the training rows")
+    raise ValueError(f"{name}={value!r} is out of range for X: {why}. Use {hint} (the median "
+                     "heuristic for X) or rescale X.")
+
+
 def _fit_path_estimator(est, X, y, sw, kept):
     est.kernel_ = est._build_kernel(X)
+    check_bandwidth_on_data(est, est.kernel_, X)
     yc, est.intercept_ = est._center_targets(y, sw)
     fit = fit_path(
         est._rule(yc), est.kernel_, X, yc, learning_rate=est.learning_rate,

@@ -27,7 +27,8 @@ from ._base import check_k, check_points
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DenseGram", "FeatureGram", "GramAccess", "KernelGram", "as_tensor", "check_k"]
+__all__ = ["DenseGram", "FeatureGram", "GramAccess", "KernelGram", "as_gram", "as_tensor",
+           "check_k"]
 
 
 def as_tensor(X, *, name="X", dtype=None) -> torch.Tensor:
@@ -41,6 +42,26 @@ def as_tensor(X, *, name="X", dtype=None) -> torch.Tensor:
         if not bool(torch.isfinite(T).all()):
             raise ValueError(f"{name} contains values that overflow {dtype}.")
     return T
+
+
+def as_gram(K, *, name: str = "gram") -> GramAccess:
+    """A :class:`GramAccess` as is, or a square matrix (array-like, pandas, tensor) stored.
+
+    Anything else raises ``TypeError`` (not array-like) or ``ValueError`` (not a square, finite
+    real matrix) naming ``name``.
+
+    Examples
+    --------
+    >>> as_gram([[2.0, 1.0], [1.0, 2.0]]).n
+    2
+    """
+    if isinstance(K, GramAccess):
+        return K
+    T = check_points(K, name=name)
+    if T.shape[0] != T.shape[1]:
+        raise ValueError(f"{name} must be a square Gram matrix (or a GramAccess), got shape "
+                         f"{tuple(T.shape)}.")
+    return DenseGram(T, check_psd=False)
 
 
 def stored_gram(X, kernel, k, *, max_n: int, why: str):
@@ -155,6 +176,7 @@ class KernelGram(GramAccess):
     """
 
     def __init__(self, kernel, X, *, options=None, cache: bool = False):
+        X = X if isinstance(X, torch.Tensor) else as_tensor(X)
         self.kernel = kernel
         self.X = X
         self.options = options

@@ -17,7 +17,10 @@ gradients, restricted to the active set of non-zero ``t`` (Lemma 3.3).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from ._base import check_points
 
 __all__ = [
     "frobenius_gradient",
@@ -40,6 +43,21 @@ def w_from_t(t) -> torch.Tensor:
     """Inverse map ``w = sqrt(-log(1 - t))``; ``t0 = 1/2`` gives ``w0 = sqrt(log 2)``."""
     t = torch.as_tensor(t, dtype=torch.float64)
     return torch.sqrt(-torch.log1p(-t))
+
+
+def _check_Kt(K, t) -> tuple[torch.Tensor, torch.Tensor]:
+    """K as a square tensor (array-likes and pandas accepted) and t as a vector of its length."""
+    if not isinstance(K, torch.Tensor):
+        K = check_points(K, name="K")
+    if K.ndim != 2 or K.shape[0] != K.shape[1]:
+        raise ValueError(f"K must be a square matrix, got shape {tuple(K.shape)}.")
+    if hasattr(t, "to_numpy"):  # pandas
+        t = np.array(t.to_numpy(), dtype=np.float64)
+    t = torch.as_tensor(t, dtype=K.dtype)
+    if t.shape != (K.shape[0],):
+        raise ValueError(f"t must be a vector of length {K.shape[0]}, got shape "
+                         f"{tuple(t.shape)}.")
+    return K, t
 
 
 def _L(K, t, delta):
@@ -68,7 +86,7 @@ def relaxed_nystroem(K: torch.Tensor, t, delta: float = 1.0) -> torch.Tensor:
     >>> bool(torch.allclose(relaxed_nystroem(A, s), C @ torch.linalg.pinv(C[[0, 2]]) @ C.T))
     True
     """
-    t = torch.as_tensor(t, dtype=K.dtype)
+    K, t = _check_Kt(K, t)
     return (K * t[None, :]) @ _relaxed_inner(K, t, delta)
 
 
@@ -77,13 +95,13 @@ def trace_loss(K, t, delta: float = 1.0, lam: float = 0.0) -> torch.Tensor:
 
     At a binary ``s`` with ``K = X^T X`` this is ``||X - P_s X||_F^2 - ||X||_F^2 + lam |s|``.
     """
-    t = torch.as_tensor(t, dtype=K.dtype)
+    K, t = _check_Kt(K, t)
     return -torch.trace(relaxed_nystroem(K, t, delta)) + lam * t.sum()
 
 
 def frobenius_loss(K, t, delta: float = 1.0, lam: float = 0.0) -> torch.Tensor:
     """``g_lam(t) = ||K - K~(t)||_F^2 + lam sum(t)`` (paper problem (3) relaxed)."""
-    t = torch.as_tensor(t, dtype=K.dtype)
+    K, t = _check_Kt(K, t)
     return ((K - relaxed_nystroem(K, t, delta)) ** 2).sum() + lam * t.sum()
 
 
@@ -92,7 +110,7 @@ def trace_gradient(K, t, delta: float = 1.0, lam: float = 0.0) -> torch.Tensor:
 
     ``grad = 2 Diag[L^-1 T K^2 (T L^-1 T Z - I)] + lam 1``.
     """
-    t = torch.as_tensor(t, dtype=K.dtype)
+    K, t = _check_Kt(K, t)
     n = K.shape[0]
     Z = K - delta * torch.eye(n, dtype=K.dtype)
     Linv = torch.linalg.inv(_L(K, t, delta))
@@ -106,7 +124,7 @@ def frobenius_gradient(K, t, delta: float = 1.0, lam: float = 0.0) -> torch.Tens
 
     ``grad = 4 Diag[L^-1 T K D K (I - T L^-1 T Z)] + lam 1`` with ``D = K~(t) - K``.
     """
-    t = torch.as_tensor(t, dtype=K.dtype)
+    K, t = _check_Kt(K, t)
     n = K.shape[0]
     Z = K - delta * torch.eye(n, dtype=K.dtype)
     Linv = torch.linalg.inv(_L(K, t, delta))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
-from ._access import GramAccess, KernelGram, as_tensor, check_k
+from ._access import GramAccess, KernelGram, as_gram, as_tensor, check_k
 from ._base import LandmarkSelector, Param, Selection, _generator, _sample_weights
 from .leverage import _block
 
@@ -74,7 +74,7 @@ def bless(gram: GramAccess, k: int, *, q: float = 2.0, q1: float = 2.0, q2: floa
 
     Parameters
     ----------
-    gram : GramAccess
+    gram : GramAccess or array-like of shape (n, n)
     k : int
     q : float, default=2.0
         Ridge shrink factor between levels.
@@ -101,6 +101,7 @@ def bless(gram: GramAccess, k: int, *, q: float = 2.0, q1: float = 2.0, q2: floa
     >>> len(set(idx.tolist()))
     15
     """
+    gram = as_gram(gram)
     n = gram.n
     k = check_k(k, n)
     if q <= 1 or q1 <= 0 or q2 <= 0:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ._access import GramAccess, KernelGram, as_tensor, check_k
+from ._access import GramAccess, KernelGram, as_gram, as_tensor, check_k
 from ._base import LandmarkSelector, Param, Selection, _generator
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ def pivoted_cholesky(
 
     Parameters
     ----------
-    gram : GramAccess
-        Access to the diagonal and to columns of ``K``.
+    gram : GramAccess or array-like of shape (n, n)
+        Access to the diagonal and to columns of ``K`` (a matrix is stored as is).
     k : int
         Number of pivots.
     rule : {"random", "greedy"}, default="random"
@@ -84,6 +84,7 @@ def pivoted_cholesky(
     >>> piv.tolist(), bool(torch.allclose(F @ F.T, K))
     ([0, 1, 2], True)
     """
+    gram = as_gram(gram)
     n = gram.n
     k = check_k(k, n)
     if rule not in ("random", "greedy"):

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal, overload
 
 import torch
 
-from ._access import GramAccess, KernelGram, as_tensor, check_k
+from ._access import GramAccess, KernelGram, as_gram, as_tensor, check_k
 from ._base import LandmarkSelector, Selection, _generator, _sample_weights
 
 if TYPE_CHECKING:
@@ -42,6 +42,7 @@ def ridge_leverage_scores(K: torch.Tensor, lam: float) -> torch.Tensor:
     >>> ridge_leverage_scores(torch.eye(3, dtype=torch.float64), 1.0).tolist()
     [0.5, 0.5, 0.5]
     """
+    K = as_gram(K, name="K").to_dense() if not isinstance(K, torch.Tensor) else K
     n = K.shape[0]
     return torch.linalg.solve(K + lam * torch.eye(n, dtype=K.dtype), K).diagonal()
 
@@ -74,7 +75,7 @@ def recursive_rls(gram: GramAccess, k: int, *, generator: torch.Generator | None
 
     Parameters
     ----------
-    gram : GramAccess
+    gram : GramAccess or array-like of shape (n, n)
     k : int
     generator : torch.Generator or None
     return_scores : bool, default=False
@@ -97,6 +98,7 @@ def recursive_rls(gram: GramAccess, k: int, *, generator: torch.Generator | None
     >>> len(set(idx.tolist()))
     20
     """
+    gram = as_gram(gram)
     n = gram.n
     k = check_k(k, n)
     diag = gram.check_psd_diagonal()

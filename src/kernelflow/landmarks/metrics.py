@@ -105,7 +105,8 @@ def best_rank_k_errors(K: ArrayLike | GramAccess,
     >>> best_rank_k_errors(torch.diag(torch.tensor([3.0, 2.0, 1.0])), [1])
     {1: {'frobenius_sq': 5.0, 'trace': 3.0}}
     """
-    Kd = K.to_dense() if isinstance(K, GramAccess) else torch.as_tensor(K)
+    Kd = K.to_dense() if isinstance(K, GramAccess) else (
+        K if isinstance(K, torch.Tensor) else as_tensor(K, name="K"))
     lam = torch.linalg.eigvalsh((Kd + Kd.T) / 2).flip(0).clamp_min(0).to(torch.float64)
     out: dict[int, dict[str, float]] = {}
     for k in ks:
