@@ -8,7 +8,6 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
@@ -17,6 +16,7 @@ from ..distributed.fit import _labels_union
 from ..solvers.losses import SoftmaxLoss, get_loss
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X_y, to_output
+from ._calibration import fit_inverse_temperature, scores_to_proba
 from .doubly_stochastic import (
     DATA_PARALLEL_CONSTRAINTS,
     DOUBLY_STOCHASTIC_CONSTRAINTS,
@@ -24,6 +24,9 @@ from .doubly_stochastic import (
 )
 
 __all__ = ["DoublyStochasticClassifier"]
+
+#: test-then-train scores kept by ``partial_fit`` to calibrate hinge-loss probabilities
+_CALIBRATION_ROWS = 10_000
 
 
 def _labels_to_numpy(y):
@@ -39,6 +42,16 @@ class DoublyStochasticClassifier(DoublyStochasticMixin, ClassifierMixin, BaseEst
     or one-vs-rest hinge losses for more classes (one output per class, one shared feature
     stream). Memory O(t · block_size · n_outputs); iteration t costs
     O(batch_size · t · block_size · d).
+
+    ``predict_proba``: with ``loss="log_loss"`` the model's own sigmoid / softmax; with the
+    hinge losses softmax(beta * scores) (two classes: of (-f, f)), the inverse temperature
+    beta fitted (temperature scaling to Platt's regularised targets, as
+    :class:`~kernelflow.estimators.KernelRidgeClassifier`) on scores the model did not train
+    on where there are some: the validation rows with ``early_stopping=True``, and in
+    ``partial_fit`` each chunk's scores computed before the model learns it (test then train,
+    the latest 10 000 rows); otherwise (``fit`` without early stopping, the first chunk) on
+    the training rows' own scores, which can be over-confident. Its arg-max is always
+    :meth:`predict`'s class.
 
     Parameters
     ----------
@@ -61,6 +74,8 @@ random_state, warm_start, verbose, dtype, distributed :
     intercept_ : tensor of shape (n_outputs,)
     kernel_, seed_, t_, n_blocks_, n_features_total_, n_iter_, loss_curve_ :
         As in :class:`DoublyStochasticRegressor`.
+    inverse_temperature_ : float
+        beta of ``predict_proba`` (hinge losses only; not set by a data-parallel fit).
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
 
@@ -188,7 +203,14 @@ random_state, warm_start, verbose, dtype, distributed :
                 self._set_classes(y_np, _labels_union(y_np) if parallel else None)
             if parallel:
                 return self._fit_data_parallel(X, y_np, sw)
-            return self._fit(X, y_np, sw)
+            self._fit(X, y_np, sw)
+            self._calibration_rows = None
+            if self.loss != "log_loss":
+                val = self.validation_indices_
+                rows = torch.as_tensor(np.arange(X.shape[0]) if val is None else val)
+                self._calibrate(X[rows.to(X.device)], y_np[rows.numpy()],
+                                None if sw is None else sw[rows.to(sw.device)])
+            return self
 
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X, y, classes=None, sample_weight=None):
@@ -221,7 +243,19 @@ random_state, warm_start, verbose, dtype, distributed :
                 )
             if parallel:
                 return self._fit_data_parallel(X, y_np, sw, partial=True)
-            return self._partial_fit(X, y_np, sw)
+            if self.loss == "log_loss":
+                return self._partial_fit(X, y_np, sw)
+            if first:
+                self._partial_fit(X, y_np, sw)
+                self._calibrate(X, y_np, sw)  # no earlier model: the chunk's own scores
+                self._calibration_rows = None
+                return self
+            F, _ = self._decision(X)  # test, then train
+            self._keep_calibration_rows(F, y_np, sw)
+            self._partial_fit(X, y_np, sw)
+            F, y_c, sw_c = self._calibration_rows
+            self.inverse_temperature_ = fit_inverse_temperature(F, y_c, sw_c)
+            return self
 
     def decision_function(self, X: ArrayLike) -> Output:
         """Scores ``f(x)``: shape (n_samples,) for two classes, else (n_samples, n_classes).
@@ -252,12 +286,30 @@ random_state, warm_start, verbose, dtype, distributed :
         idx = (F[:, 0] > 0).long() if F.shape[1] == 1 else F.argmax(1)
         return self.classes_[idx.cpu().numpy()]
 
-    def _has_proba(self):
-        return self.loss == "log_loss"
+    def _class_indices(self, y_np):
+        return torch.as_tensor(np.searchsorted(self.classes_, y_np), dtype=torch.long)
 
-    @available_if(_has_proba)
+    def _calibrate(self, X, y_np, sw):
+        """Fit ``inverse_temperature_`` to the current model's scores of the rows X."""
+        F, _ = self._decision(X)
+        self.inverse_temperature_ = fit_inverse_temperature(
+            F, self._class_indices(y_np), None if sw is None else sw.detach().cpu())
+
+    def _keep_calibration_rows(self, F, y_np, sw):
+        """Append test-then-train scores to the latest ``_CALIBRATION_ROWS`` rows."""
+        F = F.detach().cpu().to(torch.float64)
+        idx = self._class_indices(y_np)
+        w = torch.ones(len(idx), dtype=torch.float64) if sw is None else \
+            sw.detach().cpu().to(torch.float64)
+        if getattr(self, "_calibration_rows", None) is not None:
+            F0, i0, w0 = self._calibration_rows
+            F, idx, w = torch.cat([F0, F]), torch.cat([i0, idx]), torch.cat([w0, w])
+        self._calibration_rows = (F[-_CALIBRATION_ROWS:], idx[-_CALIBRATION_ROWS:],
+                                  w[-_CALIBRATION_ROWS:])
+
     def predict_proba(self, X: ArrayLike) -> Output:
-        """Class probabilities of the logistic / softmax model.
+        """Class probabilities: the logistic / softmax model's own (``loss="log_loss"``), or
+        softmax(beta * scores) fitted by temperature scaling (hinge losses).
 
         Parameters
         ----------
@@ -267,16 +319,31 @@ random_state, warm_start, verbose, dtype, distributed :
         -------
         proba : ndarray or tensor of shape (n_samples, n_classes)
         """
-        F, kind = self._decision(X)
-        if F.shape[1] == 1:
-            p1 = torch.sigmoid(F[:, 0])
-            P = torch.stack([1 - p1, p1], dim=1)
-        else:
-            P = torch.softmax(F, dim=1)
-        return to_output(P, kind)
+        return self._proba(X, log=False)
 
-    @available_if(_has_proba)
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
-        P = self.predict_proba(X)
-        return P.log() if isinstance(P, torch.Tensor) else np.log(P)
+    def predict_log_proba(self, X: ArrayLike) -> Output:
+        """Logarithm of :meth:`predict_proba` (computed as a log-sigmoid / log-softmax).
+
+        Parameters
+        ----------
+        X : array-like or tensor of shape (n_samples, n_features)
+
+        Returns
+        -------
+        log_proba : ndarray or tensor of shape (n_samples, n_classes)
+        """
+        return self._proba(X, log=True)
+
+    def _proba(self, X, log):
+        F, kind = self._decision(X)
+        if self.loss == "log_loss":
+            Z = torch.cat([torch.zeros_like(F), F], 1) if F.shape[1] == 1 else F
+            P = torch.log_softmax(Z, 1) if log else torch.softmax(Z, 1)
+        else:
+            if not hasattr(self, "inverse_temperature_"):
+                raise ValueError(
+                    f"{type(self).__name__}(loss={self.loss!r}) has no calibrated "
+                    "probabilities after a data-parallel fit; fit it in one process, or use "
+                    "loss='log_loss'.")
+            P = scores_to_proba(F, self.inverse_temperature_, log=log).to(F.dtype)
+        return to_output(P, kind)
