@@ -436,10 +436,11 @@ DEFAULT_TOL = {torch.float64: 1e-3, torch.float32: 1e-3}
 #: is below ``_NOISE_FLOOR (eps d)^2 / lam`` (see :func:`_direct_solve`)
 _NOISE_FLOOR = 1.0
 #: The direct solve forms the Gram of the whitened rows (K_nM F)^T (K_nM F) instead of
-#: F^T (K_nM^T K_nM) F when :func:`_squared_gram_error` exceeds this. Measured (n = 20 000,
-#: M = 500, 9-d Gaussian data): an error bound of 4 still gave the minimum to rounding (sigma = 3,
-#: lam = 1e-10), 16 left 3e-6 of the objective (sigma = 10, lam = 1e-6), 1.6e3 left 62 %.
-_SQUARED_GRAM_MAX = 10.0
+#: F^T (K_nM^T K_nM) F when :func:`_squared_gram_error` exceeds this. Measured on 9-d Gaussian
+#: data: bounds of 4.2 and 5.0 left objective excesses of 2e-16 (n = 20 000, M = 500,
+#: sigma = 3, lam = 1e-10) and 6.5e-7 (n = 3000, M = 300, sigma = 10, lam = 1e-6), 16 left
+#: 3e-6, 1.6e3 left 62 %.
+_SQUARED_GRAM_MAX = 1.0
 #: The direct solve is refined by float64 CG when its residual of (3), recomputed from the rows,
 #: exceeds ``_CHECK_SLACK`` times its rounding level (:func:`_gradient_residual`) and the bound
 #: ||r||^2 / lam on the objective's excess exceeds ``_CHECK_EXCESS`` times the decrease
@@ -733,6 +734,23 @@ class NystromSolution:
     history: list = field(default_factory=list)
 
 
+def _check_centre_memory(n_centers: int, options: Options | None) -> None:
+    """Refuse, with the sizes and the remedies, a number of centres whose M x M float64
+    matrices (K_MM and its factors, which both solvers hold) exceed the memory budget."""
+    need = n_centers * n_centers * 8
+    budget = memory_budget(options)
+    if need > budget:
+        mib = 2.0 ** 20
+        raise MemoryError(
+            f"{n_centers} Nyström centres need M x M float64 matrices of {need / mib:.0f} MiB "
+            f"each (K_MM and its factors: about 3 for conjugate gradients, 5 for the direct "
+            f"solve), above the memory budget of {budget / mib:.0f} MiB. Use fewer centres "
+            f"(n_components <= {int(math.isqrt(budget // 8 // 5))} fits every solver within "
+            f"this budget) or a larger budget (options=Options(memory_budget=...) or "
+            f"memory_fraction); the iterative solver does not avoid these matrices."
+        )
+
+
 def nystrom_krr(
     source: DataSource,
     kernel: Kernel,
@@ -827,6 +845,7 @@ def nystrom_krr(
         raise ValueError(f"solver must be 'cg', 'direct' or 'auto', got {solver!r}.")
     C = centers.to(_F64)
     M, t = C.shape[0], source.n_outputs
+    _check_centre_memory(M, options)
     W, _, n_rows = source_moments(source, block_size=block_size)
     if not W > 0:
         raise ValueError("the total sample weight must be positive.")
