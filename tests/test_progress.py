@@ -65,6 +65,24 @@ def test_notebook_detection_outside_a_kernel_is_false():
     assert _progress._in_notebook() is False  # pytest runs no IPython kernel
 
 
+@pytest.mark.parametrize("shell_module, expected", [
+    ("ipykernel.zmqshell", True),  # Jupyter notebook / lab / VS Code
+    ("google.colab._shell", True),
+    ("IPython.terminal.interactiveshell", False),  # plain IPython: a terminal
+])
+def test_notebook_detection_reads_the_running_shell(monkeypatch, shell_module, expected):
+    import types
+
+    shell_cls = type("Shell", (), {"__module__": shell_module})
+    fake_ipython = types.ModuleType("IPython")
+    fake_ipython.get_ipython = lambda: shell_cls()
+    monkeypatch.setitem(sys.modules, "IPython", fake_ipython)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    assert _progress._in_notebook() is expected
+    fake_ipython.get_ipython = lambda: None  # ipykernel imported, but no kernel running
+    assert _progress._in_notebook() is False
+
+
 def test_explicit_stream_shows_a_bar_off_a_terminal(no_tty):
     pytest.importorskip("tqdm")
     out = io.StringIO()
