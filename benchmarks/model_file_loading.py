@@ -1,8 +1,12 @@
 """Model-file loading: memory on hostile files, and the cost of the checks on a valid file.
 
-Part 1 loads three hostile files (a 2 MB zip bomb inflating to 2 GiB, a ``.npy`` header
-declaring 2 GiB, a zip directory declaring 2 GiB), each in a fresh process, and prints the
-traced peak allocation, the growth of the resident set and the time to refusal.
+Part 1 loads hostile files, each in a fresh process, and prints the traced peak allocation,
+the growth of the resident set and the time to refusal: three that attack the archive (a 2 MB
+zip bomb inflating to 2 GiB, a ``.npy`` header declaring 2 GiB, a zip directory declaring
+2 GiB) and five whose checksums are recomputed after forging what the file restores (a string
+array of dtype ``<U999999``, engine options asking for 2**40-entry tiles, an ``Additive`` kernel
+of 80 000 parts, a ``Pipeline(memory=...)`` cache directory, an ``SVC`` whose ``support_``
+indexes past the training rows, which crashed ``decision_function`` when it loaded).
 
 Part 2 saves a fitted ``KernelRidge`` and compares ``load_model`` (all checks, rebuilds the
 estimator) with the baseline ``numpy.load(..., allow_pickle=False)`` reading every array of the
@@ -57,6 +61,9 @@ def _meta_entry(n):
                           "params": {"type": "dict", "items": []},
                           "state": {"type": "dict", "items": []}},
             "arrays": {"a0": {"dtype": "<f8", "shape": [n], "sha256": "0" * 64}}}
+    from kernelflow.io import CHECKSUM_KEY, _metadata_digest
+
+    meta[CHECKSUM_KEY] = _metadata_digest(meta)  # signed: refused for its sizes, not for that
     blob = json.dumps(meta).encode()
     data = _npy_header("|u1", (len(blob),)) + blob
     return ("__kernelflow__.npy", 0, data, zlib.crc32(data), len(data))
@@ -85,14 +92,82 @@ def hostile_files(directory: Path) -> dict[str, Path]:
     return out
 
 
+def _forge(path: Path, edit) -> Path:
+    """Rewrite the metadata of a saved model with ``edit`` and recompute its checksum."""
+    from kernelflow.io import CHECKSUM_KEY, META_KEY, _metadata_digest
+
+    with np.load(path, allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    meta = json.loads(arrays.pop(META_KEY).tobytes())
+    edit(meta, arrays)
+    meta[CHECKSUM_KEY] = _metadata_digest(meta)
+    blob = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with open(path, "wb") as fh:
+        np.savez(fh, **{META_KEY: blob}, **arrays)
+    return path
+
+
+def _state(meta: dict, name: str, value) -> None:
+    meta["estimator"]["state"]["items"].append([name, value])
+
+
+def forged_files(directory: Path) -> dict[str, Path]:
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    from kernelflow.estimators import KernelRidge
+    from kernelflow.io import save_model
+    from kernelflow.operators import Options
+
+    rng = np.random.RandomState(0)
+    X, y = rng.rand(30, 3), rng.rand(30)
+    gauss = {"type": "object", "class": "kernelflow.kernels:Gaussian",
+             "params": {"type": "dict", "items": [["sigma", 1.0]]}}
+    wide = {"type": "object", "class": "kernelflow.kernels:Additive", "params": {
+        "type": "dict", "items": [["parts", {"type": "list", "items": [
+            {"type": "tuple", "items": [{"type": "list", "items": [0]}, gauss]}] * 80_000}]]}}
+
+    def options(meta, arrays):
+        for item in meta["estimator"]["params"]["items"]:
+            if item[0] == "options":
+                item[1]["fields"]["items"] = [["tile_elements", 2**40]]
+
+    def memory(meta, arrays):
+        meta["estimator"]["params"]["items"][0] = ["memory", str(directory / "cache")]
+
+    def svc(meta, arrays):
+        key = next(k for k, v in meta["arrays"].items() if v["dtype"] == "<i4")
+        arrays[key] = np.full_like(arrays[key], 10**8)
+        meta["arrays"][key]["sha256"] = hashlib.sha256(arrays[key].tobytes()).hexdigest()
+
+    ridge = KernelRidge(alpha=0.1, options=Options()).fit(X, y)
+    edits = {
+        "string dtype <U999999 (x300)": (ridge, lambda m, a: _state(m, "names_", {
+            "type": "str_array", "dtype": "<U999999", "shape": [300], "values": ["x"] * 300})),
+        "Options(tile_elements=2**40)": (ridge, options),
+        "Additive kernel, 80 000 parts": (ridge, lambda m, a: _state(m, "kernel_", wide)),
+        "Pipeline(memory=dir)": (make_pipeline(StandardScaler(), KernelRidge()).fit(X, y),
+                                 memory),
+        "SVC, support_ past the rows": (SVC(kernel="precomputed").fit(X @ X.T, y > 0.5), svc),
+    }
+    out = {}
+    for i, (name, (model, edit)) in enumerate(edits.items()):
+        out[name] = _forge(save_model(model, directory / f"forged{i}.npz"), edit)
+    return out
+
+
 def part_hostile(directory: Path) -> None:
-    print("hostile files (each in a fresh process)")
+    print("hostile files (each in a fresh process, the class registry built before timing)")
     print(f"{'file':32s} {'size':>10s} {'traced peak':>12s} {'RSS growth':>11s} {'time':>9s}  "
           "refusal")
-    for name, path in hostile_files(directory).items():
+    for name, path in {**hostile_files(directory), **forged_files(directory)}.items():
         script = textwrap.dedent(f"""
             import resource, time, tracemalloc
             from kernelflow.io import ModelFileError, load_model
+            from kernelflow.registry import lookup_model_class
+            for cls in ("sklearn.pipeline:Pipeline", "sklearn.svm._classes:SVC"):
+                lookup_model_class(cls)  # the registry is built once per process: not timed
             before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
             tracemalloc.start()
             t0 = time.perf_counter()
@@ -111,7 +186,7 @@ def part_hostile(directory: Path) -> None:
             print(f"{name:32s} FAILED: {res.stderr.strip()[-200:]}")
             continue
         peak, growth, dt, message = res.stdout.strip().split(" ", 3)
-        print(f"{name:32s} {path.stat().st_size / 2**20:8.2f}MB {int(peak) / 2**20:10.2f}MB "
+        print(f"{name:32s} {path.stat().st_size / 2**20:8.3f}MB {int(peak) / 2**20:10.2f}MB "
               f"{int(growth) / 2**20:9.1f}MB {float(dt) * 1e3:7.1f}ms  {message}")
 
 
