@@ -23,7 +23,8 @@ Methods:
 
 Methods run interleaved (each method once, then each again, ``--repeats`` times), and the best
 time of each is kept, so that load from other jobs hits every method alike. Prints, per
-configuration, fit time, time ratio to the baseline (Falkon when available, else
+configuration, fit time (wall clock and the process's CPU time, the figure to read on a loaded
+machine), time ratio to the baseline (Falkon when available, else
 scikit-learn; ratio = baseline time / method time, > 1 means faster than the baseline), RMSE
 against f, CG iterations / solver, and peak RSS.
 
@@ -94,6 +95,7 @@ def worker(spec):
     C = centres(Xtr, M)
     extra = {}
     t0 = time.perf_counter()
+    c0 = time.process_time()
     if spec["method"].startswith("kernelflow"):
         import kernelflow.solvers.nystrom as nys
         from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
@@ -115,6 +117,7 @@ def worker(spec):
         m = NystromKernelRidge(n_components=M, alpha=n * LAMBDA, sigma=SIGMA, landmarks=C,
                                **kw).fit(Xtr, ytr)
         fit_s = time.perf_counter() - t0
+        cpu_s = time.process_time() - c0
         pred = np.asarray(m.predict(Xte), np.float64)
         extra = {"iters": m.n_iter_, "solver": m.solver_, "converged": m.converged_,
                  "stored_rows": stored["rows"]}
@@ -129,6 +132,7 @@ def worker(spec):
                               center_selection=FixedSelector(Ct))
         model.fit(Xt, yt)
         fit_s = time.perf_counter() - t0
+        cpu_s = time.process_time() - c0
         pred = model.predict(torch.from_numpy(Xte)).numpy().ravel().astype(np.float64)
         extra = {"iters": 20, "solver": "falkon"}
     else:  # sklearn
@@ -138,11 +142,13 @@ def worker(spec):
         ny = Nystroem(gamma=1.0 / (2 * SIGMA**2), n_components=M).fit(C)
         ridge = Ridge(alpha=n * LAMBDA).fit(ny.transform(Xtr), ytr)
         fit_s = time.perf_counter() - t0
+        cpu_s = time.process_time() - c0
         pred = ridge.predict(ny.transform(Xte)).astype(np.float64)
         extra = {"iters": "-", "solver": "Ridge"}
     rmse = float(np.sqrt(np.mean((pred - fte) ** 2)))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print("RESULT " + json.dumps({"fit_s": fit_s, "rmse_f": rmse, "peak_rss_gb": rss, **extra}))
+    print("RESULT " + json.dumps({"fit_s": fit_s, "cpu_s": cpu_s, "rmse_f": rmse,
+                                  "peak_rss_gb": rss, **extra}))
 
 
 def run(spec, timeout):
@@ -294,7 +300,7 @@ def main():
         methods.remove("falkon")
     base_name = "falkon" if "falkon" in methods else "sklearn"
     print(f"threads={a.threads}  lambda={LAMBDA}  sigma={SIGMA}  baseline={base_name}")
-    print(f"{'config':28s} {'method':18s} {'fit s':>8s} {'ratio':>7s} {'RMSE_f':>8s} "
+    print(f"{'config':28s} {'method':18s} {'fit s':>8s} {'cpu s':>8s} {'ratio':>7s} {'RMSE_f':>8s} "
           f"{'iters':>6s} {'solver':>7s} {'RSS GB':>7s} {'K_nM rows stored':>16s}")
     for name, n, M, dtype, streamed in (QUICK if a.quick else CONFIGS):
         if a.only not in name:
@@ -319,7 +325,8 @@ def main():
                 print(f"{name:28s} {method:18s} error: {r['error']}")
                 continue
             ratio = f"{base / r['fit_s']:.2f}x" if base else "-"
-            print(f"{name:28s} {method:18s} {r['fit_s']:8.2f} {ratio:>7s} {r['rmse_f']:8.4f} "
+            print(f"{name:28s} {method:18s} {r['fit_s']:8.2f} {r.get('cpu_s', float('nan')):8.2f} "
+                  f"{ratio:>7s} {r['rmse_f']:8.4f} "
                   f"{r['iters']!s:>6s} {r['solver']:>7s} {r['peak_rss_gb']:7.2f} "
                   f"{r.get('stored_rows', '-')!s:>16s}")
         sys.stdout.flush()

@@ -867,13 +867,13 @@ def nystrom_krr(
         val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
                                          options=options, block_size=block_size,
                                          fraction=frac / 4)
-    def direct(history, whiten=None):  # in K_MM's eigenbasis (_direct_solve)
-        wh = _whitening(kernel, C, lam, options, dtype)
+    def direct(history, whiten=None, dt=dtype, kcache=cache):  # K_MM eigenbasis
+        wh = _whitening(kernel, C, lam, options, dt)
         if whiten is None:
             whiten = _squared_gram_error(wh, lam) > _SQUARED_GRAM_MAX
         G, b_raw = _gram_pass(source, kernel, C, whiten=wh.F if whiten else None,
-                              y_offset=y_offset, rhs=True, dtype=dtype, options=options,
-                              block_size=block_size, cache=cache)
+                              y_offset=y_offset, rhs=True, dtype=dt, options=options,
+                              block_size=block_size, cache=kcache)
         G /= W
         S = G if whiten else wh.F.T @ G @ wh.F
         del G
@@ -891,8 +891,8 @@ def nystrom_krr(
                                    solver="direct", residual=res_val, stop_reason="direct",
                                    tolerance=tol, history=history)
         check, level = _gradient_residual(source, kernel, C, coef, beta, wh.F, b_raw, lam, W,
-                                          y_offset=y_offset, dtype=dtype, options=options,
-                                          block_size=block_size, cache=cache)
+                                          y_offset=y_offset, dtype=dt, options=options,
+                                          block_size=block_size, cache=kcache)
         level = max(level, torch.finfo(_F64).eps)
         rhs = wh.F.T @ b_raw / W
         excess = float(((check * torch.linalg.vector_norm(rhs, dim=0)) ** 2 / (
@@ -912,11 +912,11 @@ def nystrom_krr(
                 RuntimeWarning, stacklevel=3,
             )
             if not whiten:
-                return direct(history, whiten=True)
+                return direct(history, True, dt, kcache)
             sol = nystrom_krr(source, kernel, C, alpha, y_offset=y_offset, coef0=coef,
                               max_iter=max_iter, tol=tol, solver="cg", dtype=_F64,
                               options=options, block_size=block_size,
-                              store_kernel=store_kernel if dtype == _F64 else False,
+                              store_kernel=store_kernel if dt == _F64 else False,
                               verbose=verbose)
             sol.history = history + sol.history
             sol.n_iter = sum(k for _, k in sol.history)
@@ -1025,9 +1025,11 @@ def nystrom_krr(
     if auto and dtype != _F64 and validation is None and callback is None and not converged:
         # float32 products can stall CG where K_MM has eigenvalues below their rounding
         # (a tiny penalty with a smooth kernel): the direct solve accumulates in float64
+        # with float64 kernel values (one streamed pass more than a stored float32 K_nM):
+        # float32 values leave out the directions that the small penalty needs
         logger.info("Nystrom CG in %s did not converge in %d passes (residual %.2e): "
-                    "solving directly", dtype, res.n_iter, res.residual_norms[-1])
-        return direct([("cg", res.n_iter)])
+                    "solving directly in float64", dtype, res.n_iter, res.residual_norms[-1])
+        return direct([("cg", res.n_iter)], None, _F64, None)
     coef = to_coef(res.x.reshape(M, t))
     best_iter = res.n_iter
     if validation is not None and state["best_coef"] is not None:
