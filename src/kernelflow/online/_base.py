@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable
 from numbers import Real
 from typing import TYPE_CHECKING, Any
 
@@ -82,33 +83,6 @@ def kernel_diag(kernel: Kernel, x: np.ndarray) -> float:
     return float(kernel_block(kernel, x[None], x[None])[0, 0])
 
 
-class _UndoScope:
-    """A continuing call: in-place writes go through an :class:`UndoLog`, replayed on failure."""
-
-    __slots__ = ("est", "log")
-
-    def __init__(self, est: OnlineRegressorBase, active: bool) -> None:
-        self.est = est
-        self.log = UndoLog() if active else None
-
-    def __enter__(self) -> None:
-        if self.log is not None:
-            self.est.__dict__["_undo"] = self.log
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        log = self.log
-        if log is None:
-            return
-        try:
-            if exc_type is not None:
-                log.rollback()
-            del self.est.__dict__["_undo"]
-        except BaseException:  # an interrupt inside the exit itself: undo all the same
-            log.rollback()
-            self.est.__dict__.pop("_undo", None)
-            raise
-
-
 class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
     """Online regressor with scikit-learn (``partial_fit``) and river (``learn_one``) APIs.
 
@@ -144,6 +118,31 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
         return yhat
 
     # ---- helpers ------------------------------------------------------------------------------
+    def _undoable(self, active: bool, fn: Callable[[], Any]) -> Any:
+        """``fn()`` as a continuing call: in-place writes go through an :class:`UndoLog`, which
+        is replayed if ``fn`` fails anywhere (the wrapper of ``AtomicFitMixin`` then puts the
+        old references back). The rollback is written inline, with no function call on the
+        failure path, so that it runs whatever interrupted the call."""
+        if not active:
+            return fn()
+        d = self.__dict__
+        log = UndoLog()
+        d["_undo"] = log
+        try:
+            out = fn()
+            del d["_undo"]
+            return out
+        except BaseException:
+            while True:  # a second interrupt during the rollback: replay it from the end
+                try:
+                    for a, index, old in reversed(log.entries):
+                        a[index] = old
+                    break
+                except BaseException:  # noqa: BLE001, S112 - replaying is idempotent
+                    continue
+            d.pop("_undo", None)
+            raise
+
     def _undo_log(self) -> UndoLog | None:
         """The undo log of the running continuing call (None in a fresh fit)."""
         return self.__dict__.get("_undo")
@@ -229,8 +228,7 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
         """
         fresh = not hasattr(self, "n_rounds_")
         Xn, yn, _, _ = self._start(X, y, reset=fresh)
-        with _UndoScope(self, not fresh):
-            self._run(Xn, yn)
+        self._undoable(not fresh, lambda: self._run(Xn, yn))
         return self
 
     def progressive_predict(self, X: ArrayLike, y: ArrayLike) -> Output:
@@ -252,10 +250,11 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
         fresh = not hasattr(self, "n_rounds_")
         Xn, yn, kind, dtype = self._start(X, y, reset=fresh)
         preds = np.empty(Xn.shape[0])
-        with _UndoScope(self, not fresh):
+        def rounds() -> Output:
             self._run(Xn, yn, preds)
-            out = to_output(torch.from_numpy(preds), kind)
-        return out
+            return to_output(torch.from_numpy(preds), kind)
+
+        return self._undoable(not fresh, rounds)
 
     def predict(self, X: ArrayLike) -> Output:
         """Predictions for X as the next round's input (no state change).
@@ -357,10 +356,12 @@ class OnlineRegressorBase(AtomicFitMixin, RegressorMixin, BaseEstimator):
             self._reset(len(keys))
         else:
             row = self._row_from_dict(x)
-        with _UndoScope(self, not fresh):
+        def play() -> None:
             if not math.isfinite(self._one_round(row, float(y))):
                 self._diverged(self.n_rounds_)
             self.n_rounds_ += 1
+
+        self._undoable(not fresh, play)
 
     def predict_one(self, x: dict) -> float:
         """Prediction for the dict row ``x`` as the next round's input (0 before any round)."""
