@@ -6,7 +6,10 @@ L-BFGS: the exact leave-one-out error, GCV or the GP negative log marginal likel
 kernel ridge regression, a held-out validation error or the Nyström (Titsias) approximate marginal
 likelihood for the Nyström model. The estimators expose the same through their
 ``learn_hyperparameters`` option (``KernelRidge``, ``NystromKernelRidge``); learned values are
-fitted attributes (``kernel_``, ``sigma_``, ``alpha_``).
+fitted attributes (``kernel_``, ``sigma_``, ``alpha_``, and the Gaussian-process signal and noise
+variance ``signal_variance_`` and ``noise_variance_`` that ``predict(return_std=True)`` and
+``log_marginal_likelihood()`` use). Optimiser options: ``n_restarts_optimizer``,
+``sigma_bounds``, ``alpha_bounds``.
 
 Examples
 --------
