@@ -1156,3 +1156,22 @@ def test_worker_processes_hidden_in_keyword_dictionaries_are_refused(tmp_path):
                  {"type": "dict", "items": [["gamma", 0.5], ["n_jobs", 12]]})
     with pytest.raises(ModelFileError, match=r"kernel_params\['n_jobs'\].*worker processes"):
         load_model(path)
+
+
+@pytest.mark.parametrize(("name", "cls_suffix", "field", "value"), [
+    ("pkawv_taylor", "_TaylorMap", "r", 10**9),         # an n x r feature matrix at predict
+    ("doubly_stochastic", "DoublyStochasticModel", "n_blocks", 10**6),  # blocks regenerated
+    ("kawv", "GrowingCholeskyInverse", "n", 10**6),
+    ("pkawv_taylor", "RecursiveAWV", "r", 3),
+])
+def test_sizes_that_the_stored_arrays_do_not_back_are_refused(tmp_path, name, cls_suffix,
+                                                                field, value):
+    from kernelflow.registry import make_estimator
+
+    X, y, _ = _data(n=40, d=3)
+    params = {"max_iter": 2, "random_state": 0} if name == "doubly_stochastic" else {}
+    path = save_model(make_estimator(name, **params).fit(X, y), tmp_path / "m.npz")
+    assert load_model(path) is not None
+    _forge_class(path, cls_suffix, "state", field, value)
+    with pytest.raises(ModelFileError, match=f"{field}={value} does not match"):
+        load_model(path)

@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 __all__ = ["ModelFileError", "MAX_KERNEL_PARTS", "check_attributes", "check_estimator",
-           "check_object", "check_dataclass", "kernel_parts"]
+           "check_object", "check_dataclass", "check_state_object", "kernel_parts"]
 
 
 class ModelFileError(ValueError):
@@ -242,6 +242,50 @@ def kernel_parts(node_counts: int, where: str) -> None:
     if node_counts > MAX_KERNEL_PARTS:
         _fail(where, f"a composite kernel of {node_counts} kernels (at most {MAX_KERNEL_PARTS}: "
                      "each one is evaluated on every kernel block at prediction)")
+
+
+#: integers of kernelflow helper objects that size an allocation or a loop at prediction, and
+#: the stored array whose shape they must match (``"=="``) or not exceed (``"<="``): a forged
+#: ``r`` would make ``_TaylorMap.batch`` allocate an n x r matrix, a forged ``n_blocks`` would
+#: regenerate blocks of random features that no stored coefficient uses. A rule whose
+#: attributes an object lacks is skipped.
+_SIZE_RULES: dict[str, tuple[tuple[str, str, int, str], ...]] = {
+    "kernelflow.features.taylor:_TaylorMap": (
+        ("r", "indices", 0, "=="), ("d", "indices", 1, "=="), ("r", "parent", 0, "=="),
+        ("r", "var", 0, "=="), ("r", "scale", 0, "=="),
+    ),
+    "kernelflow.solvers.doubly_stochastic:DoublyStochasticModel": (
+        ("n_blocks", "_coef", 0, "<="), ("block_size", "_coef", 1, "=="),
+        ("n_outputs", "_coef", 2, "=="), ("_n_cached", "_coef", 0, "<="),
+    ),
+    "kernelflow.online._updates:GrowingCholeskyInverse": (
+        ("n", "Linv", 0, "<="), ("n", "Linv", 1, "<="), ("n", "z", 0, "<="),
+    ),
+    "kernelflow.online._updates:RecursiveAWV": (
+        ("r", "A_inv", 0, "=="), ("r", "A_inv", 1, "=="), ("r", "b", 0, "=="),
+        ("r", "w", 0, "=="),
+    ),
+}
+
+
+def check_state_object(obj: Any, where: str) -> None:
+    """A helper object restored attribute by attribute: its size-like integers agree with the
+    arrays it holds (:data:`_SIZE_RULES`)."""
+    cls = type(obj)
+    for name, array, axis, op in _SIZE_RULES.get(f"{cls.__module__}:{cls.__qualname__}", ()):
+        value, arr = getattr(obj, name, None), getattr(obj, array, None)
+        shape = getattr(arr, "shape", None)
+        if value is None or shape is None:
+            continue
+        number = _int(value)
+        if number is None or number < 0:
+            _fail(where, f"{name} must be a non-negative integer")
+        if len(shape) <= axis:
+            _fail(where, f"{array} must have at least {axis + 1} dimensions")
+        size = int(shape[axis])
+        if (op == "==" and number != size) or (op == "<=" and number > size):
+            _fail(where, f"{name}={number} does not match {array} (size {size} along axis "
+                         f"{axis}): a size the stored arrays do not back")
 
 
 def check_dataclass(obj: Any, where: str) -> None:

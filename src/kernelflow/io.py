@@ -946,6 +946,7 @@ class _Reader:
             obj = state_cls.__new__(state_cls)
             for k, v in attrs.items():
                 object.__setattr__(obj, k, v)
+            _trust.check_state_object(obj, state_cls.__name__)
             return obj
         raise ModelFileError(f"unknown metadata node type {str(kind)[:40]!r}")
 
