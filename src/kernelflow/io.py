@@ -19,10 +19,19 @@ dtype, shape and size, members must be stored uncompressed, and their total must
 file and in the memory budget. Every refusal is a :class:`ModelFileError`. Tensors keep their
 dtype and layout exactly, hence predictions after loading are bit-identical. The checksums
 detect corruption and edits made without recomputing them; they do not authenticate the file
-against someone who rewrites them. See ``docs/model_format.md`` and ``docs/reliability.md``.
+against someone who rewrites them. A file without the metadata checksum is refused unless
+``allow_unsigned=True``.
+
+What a file may *restore* is bounded too (:mod:`kernelflow._trust`): no attribute that shadows
+a method or is not the class's own, no ``memory`` cache, no worker processes or threads, no
+paths, no callables given to scikit-learn classes, parameters within each class's own
+constraints, engine options, sizes and composite kernels within the memory budget and fixed
+bounds, scikit-learn's libsvm models only with a consistent fitted state. A model that loads
+starts no process, writes no file and executes nothing from the file when it is used. See
+``docs/model_format.md`` (the trust model) and ``docs/reliability.md``.
 
 Writing goes to a temporary file ``.<name>.kf-tmp-<host>-<pid>-...`` in the destination
-directory, flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the
+directory (``<name>`` shortened to keep the name legal; mode ``0o666`` less the umask), flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the
 directory. An exception or ``KeyboardInterrupt`` removes the temporary file; one left by a killed
 process is removed by the next save to the same directory once that process has ended.
 
