@@ -206,10 +206,7 @@ random_state, warm_start, verbose, dtype, distributed :
             self._fit(X, y_np, sw)
             self._calibration_rows = None
             if self.loss != "log_loss":
-                val = self.validation_indices_
-                rows = torch.as_tensor(np.arange(X.shape[0]) if val is None else val)
-                self._calibrate(X[rows.to(X.device)], y_np[rows.numpy()],
-                                None if sw is None else sw[rows.to(sw.device)])
+                self._calibrate_after_fit(X, y_np, sw)
             return self
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -288,6 +285,13 @@ random_state, warm_start, verbose, dtype, distributed :
 
     def _class_indices(self, y_np):
         return torch.as_tensor(np.searchsorted(self.classes_, y_np), dtype=torch.long)
+
+    def _calibrate_after_fit(self, X, y_np, sw):
+        """Calibrate on the validation rows, or on the training rows without them."""
+        val = self.validation_indices_
+        rows = torch.as_tensor(np.arange(X.shape[0]) if val is None else val)
+        self._calibrate(X[rows.to(X.device)], y_np[rows.numpy()],
+                        None if sw is None else sw[rows.to(sw.device)])
 
     def _calibrate(self, X, y_np, sw):
         """Fit ``inverse_temperature_`` to the current model's scores of the rows X."""
