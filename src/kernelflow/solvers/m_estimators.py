@@ -14,6 +14,9 @@ ran them (digest §2.10). Every method starts at alpha = 0 and predicts f = K al
   sum_i rho_tau(y_i - f_i) + (lambda / 2) alpha^T K alpha at the current residuals.
 
 All stop when ||alpha_new - alpha||_2 < tol (1e-5) or after ``max_iter`` (100) iterations.
+A converged problem leaves the batch (``compact=True``, the default): only the unconverged
+problems are solved in the next iteration, which gives the same results as updating the whole
+batch until its slowest problem converges (``compact=False``) at a fraction of the cost.
 
 The functions are batch-agnostic: K has shape (..., n, n), y (..., n), and ``alpha``, ``c``
 broadcast over the batch, so a whole cross-validation grid (bandwidths x folds x penalties x
@@ -46,12 +49,19 @@ TUKEY_C = 4.685
 
 @dataclass
 class MEstimateResult:
-    """Coefficients ``coef`` (..., n), iterations run ``n_iter`` and per-problem ``converged``."""
+    """Coefficients ``coef`` (..., n), iterations run ``n_iter`` (the most any problem ran),
+    per-problem ``converged`` and final ``weights``, and ``iterations`` (...), the number of
+    updates each problem took."""
 
     coef: torch.Tensor
     n_iter: int
     converged: torch.Tensor
     weights: torch.Tensor
+    iterations: torch.Tensor | None = None
+
+
+# problems solved per call of the update: bounds the (chunk, n, n) work arrays
+_CHUNK = 2048
 
 
 def huber_weights(r: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -113,45 +123,73 @@ def _masked_std(r: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return (((r - mean.unsqueeze(-1)) * m) ** 2).sum(-1).div(cnt).sqrt()
 
 
-def _irls(K, y, alpha, c, mask, max_iter, tol, weight_fn):
+def _flat_batch(K, batch, n):
+    """Kernels (nk, n, n) and, for each of the prod(batch) problems, the index of its kernel."""
+    kb = K.shape[:-2]
+    nk = 1
+    for d in kb:
+        nk *= d
+    kidx = torch.arange(nk, device=K.device).reshape(kb).expand(batch).reshape(-1)
+    return K.reshape(nk, n, n), kidx
+
+
+def _irls(K, y, alpha, c, mask, max_iter, tol, weight_fn, compact):
     K, y, lam, m, batch, n = _prepare(K, y, alpha, mask)
     c = torch.as_tensor(c, dtype=K.dtype, device=K.device)
     if (c <= 0).any():
         raise ValueError("The tuning constant c must be positive.")
     c = c.expand(torch.broadcast_shapes(batch, c.shape))
     batch = c.shape
-    y = y.expand(*batch, n)
-    lam, m = lam.expand(batch), m.expand(*batch, n)
+    Kf, kidx = _flat_batch(K, batch, n)
+    yf = y.expand(*batch, n).reshape(-1, n)
+    lamf, cf = lam.expand(batch).reshape(-1), c.reshape(-1)
+    mf = m.expand(*batch, n).reshape(-1, n)
     eye = torch.eye(n, dtype=K.dtype, device=K.device)
+    tiny = torch.finfo(K.dtype).tiny
 
-    def update(coef):
-        r = (y - (K @ coef.unsqueeze(-1))[..., 0]) * m
-        k = (c * _masked_std(r, m)).clamp_min(torch.finfo(K.dtype).tiny).unsqueeze(-1)
-        w_new = weight_fn(r, k) * m
-        A = w_new.unsqueeze(-1) * K * w_new.unsqueeze(-2) + lam[..., None, None] * eye
-        return w_new * torch.linalg.solve(A, (w_new * y).unsqueeze(-1))[..., 0], w_new
+    def update(coef, idx):
+        Ki, yi, mi = Kf[kidx[idx]], yf[idx], mf[idx]
+        r = (yi - torch.bmm(Ki, coef.unsqueeze(-1))[..., 0]) * mi
+        k = (cf[idx] * _masked_std(r, mi)).clamp_min(tiny).unsqueeze(-1)
+        w_new = weight_fn(r, k) * mi
+        A = w_new.unsqueeze(-1) * Ki * w_new.unsqueeze(-2) + lamf[idx, None, None] * eye
+        return w_new * torch.linalg.solve(A, (w_new * yi).unsqueeze(-1))[..., 0], w_new
 
-    return _fixed_point(update, K, batch, n, m.clone(), max_iter, tol)
+    return _fixed_point(update, batch, n, mf.clone(), max_iter, tol, compact)
 
 
-def _fixed_point(update, K, batch, n, w0, max_iter, tol) -> MEstimateResult:
-    """The batched iteration coef <- update(coef) from 0, ``update`` returning the new
-    coefficients and weights; a problem whose step norm falls below ``tol`` keeps its
-    coefficients and weights from then on, and the loop ends when all have converged."""
-    coef = torch.zeros(*batch, n, dtype=K.dtype, device=K.device)
+def _fixed_point(update, batch, n, w0, max_iter, tol, compact) -> MEstimateResult:
+    """The iteration coef <- update(coef, idx) from 0 over the flattened batch, ``update``
+    returning the new coefficients and weights of the problems ``idx``. A problem whose step
+    norm falls below ``tol`` keeps its coefficients and weights from then on.
+
+    ``compact=True`` solves only the problems that have not converged (an active index set,
+    in chunks of ``_CHUNK``); ``compact=False`` keeps updating every problem until the last one
+    converges and discards the converged problems' updates (the same results, at the cost of
+    the slowest problem times the batch)."""
+    B = w0.shape[0]
+    coef = torch.zeros(B, n, dtype=w0.dtype, device=w0.device)
     w = w0
-    done = torch.zeros(batch, dtype=torch.bool, device=K.device)
+    done = torch.zeros(B, dtype=torch.bool, device=w0.device)
+    iters = torch.zeros(B, dtype=torch.long, device=w0.device)
+    everyone = torch.arange(B, device=w0.device)
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007
-        new, w_new = update(coef)
-        step = (new - coef).norm(dim=-1)
-        keep = done.unsqueeze(-1)
-        coef = torch.where(keep, coef, new)
-        w = torch.where(keep, w, w_new)
-        done = done | (step < tol)
+        idx = everyone[~done] if compact else everyone
+        for lo in range(0, idx.numel(), _CHUNK):
+            sub = idx[lo:lo + _CHUNK]
+            new, w_new = update(coef[sub], sub)
+            live = ~done[sub]
+            step = (new - coef[sub]).norm(dim=-1)
+            coef[sub] = torch.where(live.unsqueeze(-1), new, coef[sub])
+            w[sub] = torch.where(live.unsqueeze(-1), w_new, w[sub])
+            iters[sub] += live.long()
+            done[sub] = done[sub] | (live & (step < tol))
         if bool(done.all()):
             break
-    return MEstimateResult(coef, it, done, w)
+    shape = tuple(batch)
+    return MEstimateResult(coef.reshape(*shape, n), it, done.reshape(shape),
+                           w.reshape(*shape, n), iters.reshape(shape))
 
 
 def kernel_huber_irls(
@@ -163,6 +201,7 @@ def kernel_huber_irls(
     mask: torch.Tensor | None = None,  # shape: (..., n)
     max_iter: int = 100,
     tol: float = 1e-5,
+    compact: bool = True,
 ) -> MEstimateResult:
     """Kernel Huber M-estimator by IRLS (KMR-H): alpha <- W (W K W + lambda I)^{-1} W y.
 
@@ -177,7 +216,7 @@ def kernel_huber_irls(
     >>> res.coef.numpy().round(4), bool(res.converged)
     (array([ 1.6667, -1.6667]), True)
     """
-    return _irls(K, y, alpha, c, mask, max_iter, tol, huber_weights)
+    return _irls(K, y, alpha, c, mask, max_iter, tol, huber_weights, compact)
 
 
 def kernel_tukey_irls(
@@ -189,6 +228,7 @@ def kernel_tukey_irls(
     mask: torch.Tensor | None = None,
     max_iter: int = 100,
     tol: float = 1e-5,
+    compact: bool = True,
 ) -> MEstimateResult:
     """Kernel Tukey-bisquare M-estimator by IRLS (KMR-T), w_i = max(0, 1 - (r_i / k)^2).
 
@@ -204,7 +244,7 @@ def kernel_tukey_irls(
     >>> res.coef.numpy().round(3)
     array([0.909, 1.091, 0.   ])
     """
-    return _irls(K, y, alpha, c, mask, max_iter, tol, tukey_weights)
+    return _irls(K, y, alpha, c, mask, max_iter, tol, tukey_weights, compact)
 
 
 def kernel_quantile_mm(
@@ -217,6 +257,7 @@ def kernel_quantile_mm(
     mask: torch.Tensor | None = None,
     max_iter: int = 100,
     tol: float = 1e-5,
+    compact: bool = True,
 ) -> MEstimateResult:
     """Kernel quantile regression by majorise-minimise (KQR-Z / KQR-A of the paper).
 
@@ -237,17 +278,20 @@ def kernel_quantile_mm(
     if ((tau <= 0) | (tau >= 1)).any():
         raise ValueError("quantile must lie in (0, 1).")
     batch = torch.broadcast_shapes(batch, tau.shape)
-    y, lam, m = y.expand(*batch, n), lam.expand(batch), m.expand(*batch, n)
-    tau = tau.expand(batch).unsqueeze(-1)
+    Kf, kidx = _flat_batch(K, batch, n)
+    yf = y.expand(*batch, n).reshape(-1, n)
+    lamf, mf = lam.expand(batch).reshape(-1), m.expand(*batch, n).reshape(-1, n)
+    tauf = tau.expand(batch).reshape(-1, 1)
     eye = torch.eye(n, dtype=K.dtype, device=K.device)
 
-    def update(coef):
-        r = y - (K @ coef.unsqueeze(-1))[..., 0]
+    def update(coef, idx):
+        Ki, yi, mi = Kf[kidx[idx]], yf[idx], mf[idx]
+        r = yi - torch.bmm(Ki, coef.unsqueeze(-1))[..., 0]
         d = eps + r.abs()
-        u_new = m / (4.0 * d)
-        v = 0.5 * (y / d + 2.0 * tau - 1.0) * m
-        A = 2.0 * u_new.unsqueeze(-1) * K + lam[..., None, None] * eye
+        u_new = mi / (4.0 * d)
+        v = 0.5 * (yi / d + 2.0 * tauf[idx] - 1.0) * mi
+        A = 2.0 * u_new.unsqueeze(-1) * Ki + lamf[idx, None, None] * eye
         # excluded rows: exactly 0
-        return torch.linalg.solve(A, v.unsqueeze(-1))[..., 0] * m, u_new
+        return torch.linalg.solve(A, v.unsqueeze(-1))[..., 0] * mi, u_new
 
-    return _fixed_point(update, K, batch, n, m.clone(), max_iter, tol)
+    return _fixed_point(update, batch, n, mf.clone(), max_iter, tol, compact)

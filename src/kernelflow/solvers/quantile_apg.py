@@ -37,6 +37,7 @@ the functions are batch-agnostic (K of shape (..., n, n), y (..., n), lambda and
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -52,7 +53,8 @@ class QuantileAPGResult:
     ``coef`` (..., n) and ``intercept`` (...) define f = K coef + intercept; ``objective`` is the
     unsmoothed objective F at the returned point; ``exact`` marks solutions that satisfy the
     exact KKT conditions; ``delta`` is the last smoothing parameter used; ``history`` the
-    smoothed objective after every iteration of the last stage (unbatched problems only).
+    smoothed objective after every iteration of the last stage (unbatched problems only);
+    ``iterations`` (...) the iterations each problem ran, over all stages.
     """
 
     coef: torch.Tensor
@@ -63,6 +65,7 @@ class QuantileAPGResult:
     n_iter: int
     delta: float
     history: list
+    iterations: torch.Tensor | None = None
 
 
 def smoothed_check_loss(r: torch.Tensor, tau, delta: float) -> torch.Tensor:
@@ -153,6 +156,7 @@ def kernel_quantile_apg(
     tol: float = 1e-9,
     exact: bool = True,
     history: bool = False,
+    compact: bool = True,
 ) -> QuantileAPGResult:
     """Kernel quantile regression with an intercept by accelerated proximal gradient (fastkqr).
 
@@ -178,6 +182,10 @@ def kernel_quantile_apg(
         Try the exact (unsmoothed) solution after every stage.
     history : bool, default=False
         Record the smoothed objective after each iteration (unbatched problems).
+    compact : bool, default=True
+        Problems whose stage has ended leave the batch, so an iteration costs only the active
+        problems; ``False`` iterates the whole batch until its slowest problem stops and
+        discards the finished problems' updates (the same results, for comparison).
 
     Returns
     -------
@@ -208,38 +216,55 @@ def kernel_quantile_apg(
     if ((tau <= 0) | (tau >= 1)).any():
         raise ValueError("quantile must lie in (0, 1).")
     batch = torch.broadcast_shapes(K.shape[:-2], y.shape[:-1], lam.shape, tau.shape)
-    y = y.expand(*batch, n)
-    lam, tau = lam.expand(batch), tau.expand(batch).unsqueeze(-1)
-    lam1 = lam.unsqueeze(-1)
+    kb = K.shape[:-2]
+    nk = 1
+    for d_ in kb:
+        nk *= d_
+    kidx = torch.arange(nk, device=dev).reshape(kb).expand(batch).reshape(-1)
+    y_all = y.expand(*batch, n).reshape(-1, n)
+    lam_all = lam.expand(batch).reshape(-1)
+    tau_all = tau.expand(batch).reshape(-1, 1)
+    B = y_all.shape[0]
 
-    s, U = torch.linalg.eigh(K)
-    keep = s > s.amax(-1, keepdim=True).clamp_min(1e-300) * (n * torch.finfo(dt).eps)
-    s = torch.where(keep, s, torch.zeros_like(s))
-    c = (U.sum(-2))  # U^T 1
-    Ut = U.transpose(-1, -2)
+    s_k, U_k = torch.linalg.eigh(K)
+    s_k = s_k.reshape(nk, n)
+    keep_k = s_k > s_k.amax(-1, keepdim=True).clamp_min(1e-300) * (n * torch.finfo(dt).eps)
+    s_k = torch.where(keep_k, s_k, torch.zeros_like(s_k))
+    U_f = U_k.reshape(nk, n, n)
+    c_k = U_f.sum(-2)  # U^T 1
 
-    def predictions(a_, b_):
-        return b_.unsqueeze(-1) + (U @ (s * a_).unsqueeze(-1))[..., 0]
-
-    def objective(f_, a_, dlt):
-        return smoothed_check_loss(y - f_, tau, dlt).mean(-1) + 0.5 * lam * (s * a_ * a_).sum(-1)
-
-    a = torch.zeros(*batch, n, dtype=dt, device=dev)
-    b = torch.zeros(batch, dtype=dt, device=dev)
-    coef_exact = torch.zeros_like(a)
-    b_exact = torch.zeros_like(b)
-    is_exact = torch.zeros(batch, dtype=torch.bool, device=dev)
-    converged = torch.zeros(batch, dtype=torch.bool, device=dev)
+    a_all = torch.zeros(B, n, dtype=dt, device=dev)
+    b_all = torch.zeros(B, dtype=dt, device=dev)
+    f_all = torch.zeros(B, n, dtype=dt, device=dev)
+    coef_exact = torch.zeros_like(a_all)
+    b_exact = torch.zeros_like(b_all)
+    is_exact = torch.zeros(B, dtype=torch.bool, device=dev)
+    converged = torch.zeros(B, dtype=torch.bool, device=dev)
+    iters = torch.zeros(B, dtype=torch.long, device=dev)
+    record = history and B == 1 and len(batch) == 0
     hist: list = []
     total = 0
     dlt = float(delta)
     while True:
         inv_nd = 1.0 / (n * dlt)
+        # the working set: every problem (compact=False) or those not yet solved exactly
+        w = torch.arange(B, device=dev) if not compact else (~is_exact).nonzero()[:, 0]
+        w_stage, ki = w, kidx[w]
+        U, s, keep, c = U_f[ki], s_k[ki], keep_k[ki], c_k[ki]
+        yw, lam1, tw = y_all[w], lam_all[w].unsqueeze(-1), tau_all[w]
 
-        def step(a_, b_, f_, dlt=dlt, inv_nd=inv_nd):
+        def predictions(a_, b_, U=U, s=s):
+            return b_.unsqueeze(-1) + torch.bmm(U, (s * a_).unsqueeze(-1))[..., 0]
+
+        def objective(f_, a_, yw=yw, tw=tw, lam1=lam1, s=s, dlt=dlt):
+            return (smoothed_check_loss(yw - f_, tw, dlt).mean(-1)
+                    + 0.5 * lam1[:, 0] * (s * a_ * a_).sum(-1))
+
+        def step(a_, b_, f_, U=U, s=s, keep=keep, c=c, yw=yw, lam1=lam1, tw=tw, dlt=dlt,
+                 inv_nd=inv_nd, predictions=predictions):
             # M^{-1} grad F at (a_, b_); returns (da, db, df), df the change of predictions
-            g = torch.clamp((y - f_) / dlt, min=tau - 1, max=tau)
-            gU = (Ut @ g.unsqueeze(-1))[..., 0]
+            g = torch.clamp((yw - f_) / dlt, min=tw - 1, max=tw)
+            gU = torch.bmm(g.unsqueeze(-2), U)[:, 0]
             den = inv_nd * s + lam1
             q = torch.where(keep, (lam1 * a_ - gU / n) / den, torch.zeros_like(a_))
             if fit_intercept:
@@ -253,21 +278,38 @@ def kernel_quantile_apg(
                 da = q
             return da, db, predictions(da, db)
 
+        a, b = a_all[w], b_all[w]
         f = predictions(a, b)
-        F = objective(f, a, dlt)
+        F = objective(f, a)
         a_prev, b_prev, f_prev = a, b, f
-        t = torch.ones(batch, dtype=dt, device=dev)
-        stage_done = is_exact.clone()
-        hist = [float(F)] if history and F.ndim == 0 else []
+        t = torch.ones(w.numel(), dtype=dt, device=dev)
+        stage_done = is_exact[w].clone()
+        pos = torch.arange(w.numel(), device=dev)  # rows of the working arrays still active
+        hist = [float(F[0])] if record else []
         for _ in range(max_iter):
+            if compact and pos.numel() == 0:
+                break
             total += 1
+            if compact and pos.numel() < a.shape[0]:
+                # finished problems leave: write them back, keep the active rows only
+                a_all[w], b_all[w], f_all[w] = a, b, f
+                converged[w] = stage_done
+                w, a, b, f, F = w[pos], a[pos], b[pos], f[pos], F[pos]
+                a_prev, b_prev, f_prev, t = a_prev[pos], b_prev[pos], f_prev[pos], t[pos]
+                stage_done = stage_done[pos]
+                U, s, keep, c = U[pos], s[pos], keep[pos], c[pos]
+                yw, lam1, tw = yw[pos], lam1[pos], tw[pos]
+                step = functools.partial(step, U=U, s=s, keep=keep, c=c, yw=yw, lam1=lam1,
+                                         tw=tw, predictions=functools.partial(
+                                             predictions, U=U, s=s))
+                objective = functools.partial(objective, yw=yw, tw=tw, lam1=lam1, s=s)
             t_new = 0.5 * (1 + torch.sqrt(1 + 4 * t * t))
             beta = ((t - 1) / t_new).unsqueeze(-1)
             ya, yb, yf = a + beta * (a - a_prev), b + beta[..., 0] * (b - b_prev), \
                 f + beta * (f - f_prev)
             da, db, df = step(ya, yb, yf)
             na, nb, nf = ya - da, yb - db, yf - df
-            nF = objective(nf, na, dlt)
+            nF = objective(nf, na)
             bad = nF > F
             if bool(bad.any()):
                 ra, rb, rf = step(a, b, f)
@@ -275,7 +317,7 @@ def kernel_quantile_apg(
                 na = torch.where(badv, a - ra, na)
                 nb = torch.where(bad, b - rb, nb)
                 nf = torch.where(badv, f - rf, nf)
-                nF = torch.where(bad, objective(nf, na, dlt), nF)
+                nF = torch.where(bad, objective(nf, na), nF)
                 t_new = torch.where(bad, torch.ones_like(t_new), t_new)
             move = (nf - f).abs().amax(-1)
             frozen = stage_done.unsqueeze(-1)
@@ -285,25 +327,32 @@ def kernel_quantile_apg(
             f = torch.where(frozen, f, nf)
             F = torch.where(stage_done, F, nF)
             t = t_new
-            if history and F.ndim == 0:
-                hist.append(float(F))
+            iters[w] += (~stage_done).long()
+            if record:
+                hist.append(float(F[0]))
             stage_done = stage_done | (move <= tol)
             if bool(stage_done.all()):
+                pos = pos[:0]
                 break
-        converged = stage_done
+            pos = (~stage_done).nonzero()[:, 0]
+        a_all[w], b_all[w], f_all[w] = a, b, f
+        converged[w] = stage_done
         if exact:
-            coef_s = (U @ a.unsqueeze(-1))[..., 0]
-            ce, be, ok = _exact_kkt(K, y, y - f, lam, tau, dlt, fit_intercept, n)
-            new = ok & ~is_exact
-            coef_exact = torch.where(new.unsqueeze(-1), ce, coef_exact)
-            b_exact = torch.where(new, be, b_exact)
-            is_exact = is_exact | ok
-            del coef_s
+            w = w_stage
+            ce, be, ok = _exact_kkt(K.reshape(nk, n, n)[kidx[w]], y_all[w], y_all[w] - f_all[w],
+                                    lam_all[w], tau_all[w], dlt, fit_intercept, n)
+            new = ok & ~is_exact[w]
+            coef_exact[w] = torch.where(new.unsqueeze(-1), ce, coef_exact[w])
+            b_exact[w] = torch.where(new, be, b_exact[w])
+            is_exact[w] = is_exact[w] | ok
         if bool(is_exact.all()) or dlt / 4 < delta_min:
             break
         dlt /= 4
-    coef = torch.where(is_exact.unsqueeze(-1), coef_exact, (U @ a.unsqueeze(-1))[..., 0])
-    b = torch.where(is_exact, b_exact, b)
-    obj = quantile_objective(K, y, coef, b, lam, tau[..., 0])
-    converged = converged | is_exact
-    return QuantileAPGResult(coef, b, obj, is_exact, converged, total, dlt, hist)
+    coef_s = torch.bmm(U_f[kidx], a_all.unsqueeze(-1))[..., 0]
+    coef = torch.where(is_exact.unsqueeze(-1), coef_exact, coef_s).reshape(*batch, n)
+    b = torch.where(is_exact, b_exact, b_all).reshape(batch)
+    is_exact = is_exact.reshape(batch)
+    converged = converged.reshape(batch) | is_exact
+    obj = quantile_objective(K, y.expand(*batch, n), coef, b, lam.expand(batch), tau.expand(batch))
+    return QuantileAPGResult(coef, b, obj, is_exact, converged, total, dlt, hist,
+                             iters.reshape(batch))
