@@ -31,8 +31,9 @@ starts no process, writes no file and executes nothing from the file when it is 
 ``docs/model_format.md`` (the trust model) and ``docs/reliability.md``.
 
 Writing goes to a temporary file ``.<name>.kf-tmp-<host>-<pid>-...`` in the destination
-directory (``<name>`` shortened to keep the name legal; mode ``0o666`` less the umask), flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the
-directory. An exception or ``KeyboardInterrupt`` removes the temporary file; one left by a killed
+directory (``<name>`` shortened to keep the name legal; mode ``0o666`` less the umask),
+flushed and ``fsync``-ed before an atomic ``os.replace`` and an ``fsync`` of the directory. An
+exception or ``KeyboardInterrupt`` removes the temporary file; one left by a killed
 process is removed by the next save to the same directory once that process has ended.
 
 Which state is saved: every instance attribute that is not a constructor parameter (fitted
