@@ -469,3 +469,19 @@ def test_interrupted_refit_of_a_loaded_pipeline_is_all_or_nothing(tmp_path):
         loaded.steps[-1][1].__dict__.pop("fit")
         loaded.fit(X2, y)
     np.testing.assert_allclose(loaded.predict(10 * X_new + 5), pipe.predict(X_new), rtol=1e-6)
+
+
+def test_library_defaults_load_on_a_machine_with_little_memory(tmp_path, monkeypatch):
+    # the defaults are limits (a 256 MiB block cache, 30 000-row factorisations), not
+    # allocations: a model saved with them loads where the memory budget is only 64 MiB
+    from kernelflow import _trust
+    from kernelflow.estimators import DoublyStochasticRegressor, KernelRidge
+    from kernelflow.operators import Options
+
+    X, y, X_new = _data()
+    models = [KernelRidge(alpha=0.1, options=Options()).fit(X, y),
+              DoublyStochasticRegressor(max_iter=2, random_state=0).fit(X, y)]
+    paths = [save_model(m, tmp_path / f"m{i}.npz") for i, m in enumerate(models)]
+    monkeypatch.setattr(_trust, "_memory_cap", lambda: 2**26)
+    for model, path in zip(models, paths):
+        np.testing.assert_array_equal(load_model(path).predict(X_new), model.predict(X_new))

@@ -88,6 +88,16 @@ def _memory_cap() -> int:
         return 4 * 2**30
 
 
+#: Size limits a file may restore are this machine's budget, but never below this floor: the
+#: library's own defaults (a 256 MiB block cache, 30 000-row factorisations) are limits, not
+#: allocations, and must load on a small machine too.
+_LIMIT_FLOOR = 2**30
+
+
+def _limit() -> int:
+    return max(_memory_cap(), _LIMIT_FLOOR)
+
+
 # ---------------------------------------------------------------------------------------------
 # names and values, for every class
 # ---------------------------------------------------------------------------------------------
@@ -129,7 +139,7 @@ def check_value(name: str, value: Any, where: str) -> None:
             if isinstance(key, str):
                 check_value(key, item, f"{where}[{key!r}]")
     elif _int(value) is not None and (_BYTE_NAMES.match(name) or _ELEMENT_NAMES.match(name)):
-        cap, number = _memory_cap(), int(value)
+        cap, number = _limit(), int(value)
         if _BYTE_NAMES.match(name) and number > cap:
             _fail(where, f"{name}={value} bytes is more than the memory budget ({cap} bytes)")
         if _ELEMENT_NAMES.match(name) and number > cap // 8:
@@ -297,7 +307,7 @@ def check_dataclass(obj: Any, where: str) -> None:
 
 
 def _check_options(opts: Any, where: str) -> None:
-    cap = _memory_cap()
+    cap = _limit()
 
     def bad(name, why):
         _fail(where, f"Options.{name}={getattr(opts, name)!r} {why}")
@@ -320,9 +330,9 @@ def _check_options(opts: Any, where: str) -> None:
     if dev is not None and not _DEVICE.match(str(dev)):
         bad("device", "must be None, 'cpu', 'cuda[:k]' or 'mps'")
     n = _int(opts.cholesky_max_size)
-    if not (n is not None and 0 <= n and 8 * n * n <= cap):
-        bad("cholesky_max_size", f"must be an integer whose n x n float64 matrix fits the memory "
-                                 f"budget ({cap} bytes)")
+    if not (n is not None and 0 <= n <= max(30_000, math.isqrt(cap // 8))):
+        bad("cholesky_max_size", f"must be an integer at most 30000 or whose n x n float64 "
+                                 f"matrix fits the memory budget ({cap} bytes)")
     tol = _real(opts.cg_tol)
     if opts.cg_tol is not None and not (tol is not None and math.isfinite(tol) and 0 < tol < 1):
         bad("cg_tol", "must be None or in (0, 1)")
