@@ -62,7 +62,7 @@ def kernel_block(kernel: Kernel, A: np.ndarray, B: np.ndarray) -> np.ndarray:
     The Gaussian kernel is evaluated directly in NumPy (per-round blocks are tiny, so the
     torch dispatch overhead would dominate); other kernels go through :class:`Kernel`.
     """
-    if type(kernel) is Gaussian and np.ndim(kernel.sigma) == 0:  # per-feature: via Kernel
+    if type(kernel) is Gaussian and isinstance(kernel.sigma, float | int):  # else via Kernel
         s2 = float(kernel.sigma) ** 2
         if B.shape[0] == 1:
             diff = A - B[0]

@@ -15,7 +15,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..estimators._base import KERNEL_CONSTRAINTS
 from ._base import OnlineRegressorBase, kernel_block, kernel_diag
-from ._updates import KORS, RecursiveAWV, chol_append, logged_write, single_thread_blas
+from ._updates import KORS, RecursiveAWV, chol_append, single_thread_blas
 
 if TYPE_CHECKING:
     import torch
@@ -146,9 +146,9 @@ class PKAWVNystrom(OnlineRegressorBase):
     #: buffers ``_X``, ``_Y`` and ``_K``, written through the call's undo log (``_write``) and
     #: only beyond their used part (rows ≥ ``_t``, columns ≥ m). The KORS sampler copies in
     #: O(1), so a round copies nothing of size t or m².
-    _atomic_shared = ("feature_keys_", "feature_names_in_", "kernel_", "dictionary_",
-                      "dictionary_indices_", "_X", "_Y", "_K", "_R", "_q", "_zq", "_pend", "_C",
-                      "_G", "_fixed", "_embed", "_pending")
+    _atomic_shared = frozenset({"feature_keys_", "feature_names_in_", "kernel_", "dictionary_",
+                                "dictionary_indices_", "_X", "_Y", "_K", "_R", "_q", "_zq",
+                                "_pend", "_C", "_G", "_fixed", "_embed", "_pending"})
 
     def __init__(self, alpha: float = 1.0, *, kernel: str | Kernel = "rbf",
                  sigma: float | ArrayLike | None = 1.0, gamma: float | None = None,
@@ -213,8 +213,12 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._fixed = RecursiveAWV(self.dictionary_.shape[0], float(self.alpha))
 
     def _write(self, a: np.ndarray, index, value) -> None:
-        """``a[index] = value`` on a history buffer, through the undo log of a continuing call."""
-        logged_write(self.__dict__.get("_undo"), a, index, value)
+        """``a[index] = value`` on a history buffer, through the undo log of a continuing call
+        (:func:`~kernelflow.online._updates.logged_write`, inlined: one call per write)."""
+        log = self.__dict__.get("_undo")
+        if log is not None:
+            log.entries.append((a, index, np.array(a[index], copy=True)))
+        a[index] = value
 
     def _ensure_rows(self, n: int) -> None:
         if n > self._X.shape[0]:
@@ -267,18 +271,28 @@ class PKAWVNystrom(OnlineRegressorBase):
         self._t = t + k
         if m == 0:  # nothing to absorb: the first insertion sees these rows through its column
             return None
-        CB = self._rt_solve(B[0])[:, None] if k == 1 else self._rt_solve(B.T)
         p = len(self._pend)
         G = np.empty((p + k, p + k))
         G[:p, :p] = self._G
-        GPB = self._C.T @ CB
-        G[:p, p:] = GPB
-        G[p:, :p] = GPB.T
-        G[p:, p:] = CB.T @ CB
-        self._G = G
-        self._C = np.hstack([self._C, CB])
+        C = np.empty((m, p + k))
+        C[:, :p] = self._C
+        if k == 1:  # one round (learn_one): vectors and one BLAS triangular solve
+            cb = self._rt_solve(B[0])
+            g = cb @ self._C
+            G[:p, p] = g
+            G[p, :p] = g
+            G[p, p] = cb @ cb
+            C[:, p] = cb
+        else:
+            CB = self._rt_solve(B.T)
+            GPB = self._C.T @ CB
+            G[:p, p:] = GPB
+            G[p:, :p] = GPB.T
+            G[p:, p:] = CB.T @ CB
+            C[:, p:] = CB
+        self._G, self._C = G, C
         self._pend = [*self._pend, *range(t, t + k)]
-        return CB
+        return C[:, p:]
 
     def _woodbury(self, cb: np.ndarray) -> float:
         """``bᵀH⁻¹q`` from ``cb = R⁻ᵀb``: ``cb·zq - (Cᵀcb)ᵀ(I + G)⁻¹(Cᵀzq)``."""
