@@ -137,6 +137,29 @@ def test_logistic_newton_reaches_the_minimiser(centers):
     np.testing.assert_allclose(clf.predict_proba(X), P_ref, atol=1e-4)
 
 
+def test_logistic_without_intercept_reaches_the_minimiser():
+    X, y = make_blobs(60, centers=3, cluster_std=2.5, random_state=4)
+    alpha, sig = 0.5, 1.5
+    clf = NystromKernelLogisticRegression(12, alpha=alpha, sigma=sig, tol=1e-11,
+                                          fit_intercept=False, random_state=0).fit(X, y)
+    assert clf.converged_
+    np.testing.assert_array_equal(clf.intercept_.numpy(), 0.0)
+    C = clf.centers_.numpy()
+    K = np.exp(-((X[:, None] - C[None]) ** 2).sum(-1) / (2 * sig**2))
+    Kmm = np.exp(-((C[:, None] - C[None]) ** 2).sum(-1) / (2 * sig**2))
+
+    def objective(a):
+        J, g = _objective(np.concatenate([a, np.zeros(3)]), K, Kmm, y, 3, alpha)
+        return J, g[:-3]
+
+    ref = minimize(objective, np.zeros(12 * 3), jac=True, method="L-BFGS-B",
+                   options=dict(maxiter=20000, gtol=1e-10, ftol=1e-15))
+    J, g = objective(clf.dual_coef_.numpy().ravel())
+    assert J <= ref.fun + 1e-9 * abs(ref.fun)
+    # the loss does not see a common shift of the c functions; the penalty keeps none
+    assert np.linalg.norm(g) < 1e-6 * len(y)
+
+
 def test_logistic_binary_and_string_labels():
     X, y = make_moons(120, noise=0.15, random_state=0)
     labels = np.where(y == 1, "yes", "no")
