@@ -34,6 +34,7 @@ Usage::
     python benchmarks/nystrom_vs_falkon.py --small-penalty  # alpha = 1e-6, 500 centres
     python benchmarks/nystrom_vs_falkon.py --streamed-pass  # one streamed float32 pass
     python benchmarks/nystrom_vs_falkon.py --crossover      # CG vs direct, n = 20 000
+    python benchmarks/nystrom_vs_falkon.py --conditioning   # sigma = 10 against a reference
     python benchmarks/nystrom_vs_falkon.py --only "n=2e5 M=1000" --repeats 2
     python benchmarks/nystrom_vs_falkon.py                  # the full table (hours on 2 cores)
 """
@@ -234,6 +235,56 @@ def streamed_pass(threads, n=50_000, M=1000):
         print(f"preconditioner product, M=3000, {name}: {time.perf_counter() - t0:.2f} s")
 
 
+def conditioning(threads, n=20_000, M=500):
+    """Default fits on ill-conditioned problems (sigma = 10) against a float64 reference.
+
+    Reference: least squares on the unsquared whitened system [K_nM F; sqrt(alpha) I] beta =
+    [y; 0], a = F beta (F = U diag(s)^-1/2 over K_MM's eigenvalues above rounding); objectives
+    ||K_nM a - y||^2 + alpha a^T K_MM a in extended precision.
+    """
+    import warnings
+
+    import torch
+
+    from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+    from kernelflow.kernels import Gaussian
+
+    torch.set_num_threads(threads)
+    print(f"{'sigma':>5s} {'lambda':>7s} {'dtype':>7s} {'objective/ref - 1':>17s} {'RMSE_f':>7s} "
+          f"{'fit s':>6s} {'warnings':>8s}  solver_history_")
+    for sigma, lam, dtype in [(10.0, 1e-8, "float64"), (10.0, 1e-10, "float64"),
+                              (3.0, 1e-6, "float64"), (10.0, 1e-8, "float32")]:
+        Xtr, ytr, Xte, fte = data(n, dtype)
+        alpha = n * lam
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m = NystromKernelRidge(n_components=M, alpha=alpha, sigma=sigma,
+                                   landmarks=centres(Xtr, M)).fit(Xtr, ytr)
+        fit_s = time.perf_counter() - t0
+        X, C = torch.from_numpy(Xtr.astype(np.float64)), m.centers_
+        K = Gaussian(sigma)(X, C).numpy()
+        K_mm = Gaussian(sigma)(C).numpy()
+        yc = ytr.astype(np.float64) - float(m.intercept_)
+        s, U = np.linalg.eigh(K_mm)
+        keep = s > s[-1] * np.finfo(np.float64).eps * M
+        F = U[:, keep] / np.sqrt(s[keep])
+        A = np.vstack([K @ F, np.sqrt(alpha) * np.eye(F.shape[1])])
+        beta = np.linalg.lstsq(A, np.concatenate([yc, np.zeros(F.shape[1])]), rcond=None)[0]
+
+        KL, K_mmL = K.astype(np.longdouble), K_mm.astype(np.longdouble)
+        obj = []
+        for a in (m.dual_coef_.numpy(), F @ beta):
+            aL = a.astype(np.longdouble)
+            r = KL @ aL - yc
+            obj.append(float(r @ r + alpha * aL @ (K_mmL @ aL)))
+        gap = obj[0] / obj[1] - 1.0
+        pred = np.asarray(m.predict(Xte), np.float64)
+        rmse = float(np.sqrt(np.mean((pred - fte) ** 2)))
+        print(f"{sigma:5.0f} {lam:7.0e} {dtype:>7s} {gap:17.1e} {rmse:7.4f} {fit_s:6.2f} "
+              f"{len(caught):8d}  {m.solver_history_}")
+
+
 def crossover(threads, n=20_000):
     """CG vs direct solve of the same Nyström system, stored and streamed K_nM (interleaved)."""
     import torch
@@ -277,6 +328,8 @@ def main():
                    help="only the time of one streamed float32 pass (n = 50 000, M = 1000)")
     p.add_argument("--crossover", action="store_true",
                    help="only CG vs direct at n = 20 000 (the cost model's calibration)")
+    p.add_argument("--conditioning", action="store_true",
+                   help="only default fits at sigma = 10 against a float64 reference")
     p.add_argument("--repeats", type=int, default=2,
                    help="interleaved runs of each method per configuration (best time kept)")
     p.add_argument("--only", default="", help="run only configurations whose name contains this")
@@ -287,6 +340,9 @@ def main():
         return
     if a.crossover:
         crossover(a.threads)
+        return
+    if a.conditioning:
+        conditioning(a.threads)
         return
     if a.small_penalty or a.streamed_pass:
         if a.small_penalty:
