@@ -18,7 +18,8 @@ model, 2 / C for two classes, where its two functions f_1 = -f_0 carry half the 
 ``Nystroem + LogisticRegression`` on the same problem: the same centres (Nystroem's), the same
 kernel and the same penalty, so both minimise the same objective; the fits alternate (A B A B),
 and the ratio is the median of the per-pair ratios, so that a machine whose speed drifts still
-gives a meaningful figure. Then small data sets against SVC (without and with calibration).
+gives a meaningful figure; CPU (process) time ratios beside them, steadier on a shared
+machine. Then small data sets against SVC (without and with calibration).
 
     python benchmarks/classifiers.py                   # both parts
     python benchmarks/classifiers.py --part speed --repeats 7
@@ -157,18 +158,21 @@ def part_calibration(M, n_flights_train, plot=None):
 
 
 def _interleaved(factories, X, y, repeats):
-    """Median fit time of each model on (X, y) and median ratio to the first's, fits alternating
-    (A B C A B C ...)."""
-    times = {k: [] for k in factories}
+    """Median wall fit time of each model on (X, y), and the medians of the per-pair ratios
+    to the first model's wall and CPU (process) times, fits alternating (A B C A B C ...)."""
+    wall = {k: [] for k in factories}
+    cpu = {k: [] for k in factories}
     models = {}
     for _ in range(repeats):
         for k, make in factories.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             models[k] = make().fit(X, y)
-            times[k].append(time.perf_counter() - t0)
-    base = np.asarray(times[next(iter(factories))])
-    return {k: (float(np.median(v)), float(np.median(np.asarray(v) / base)))
-            for k, v in times.items()}, models
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
+    first = next(iter(factories))
+    w0, c0 = np.asarray(wall[first]), np.asarray(cpu[first])
+    return {k: (float(np.median(wall[k])), float(np.median(np.asarray(wall[k]) / w0)),
+                float(np.median(np.asarray(cpu[k]) / c0))) for k in factories}, models
 
 
 def _small_models(X, y, M):
@@ -207,29 +211,32 @@ def part_speed(M, n_train, repeats, side=None):
     }
     if side is not None:  # one fit, for a whole-process timer
         key = next(k for k in fits if k.startswith("sklearn" if side == "sklearn" else "Nystrom"))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         model = fits[key]().fit(Xtr, ytr)
-        print(f"{key}: fit {time.perf_counter() - t0:.3f} s, test log-loss "
+        print(f"{key}: fit {time.perf_counter() - t0:.3f} s (cpu "
+              f"{time.process_time() - c0:.3f} s), test log-loss "
               f"{log_loss(yte, np.asarray(model.predict_proba(Xte))):.6f}")
         return
     res, models = _interleaved(fits, Xtr, ytr, repeats)
     print(f"\nflights late > 15 min: {n_train} train, {len(yte)} test, M = {M}, "
           f"{repeats} alternating repeats")
-    print(f"{'model':58s} {'fit (s)':>8} {'/ sklearn':>9} {'test log-loss':>14}")
-    for k, (t, r) in res.items():
+    print(f"{'model':58s} {'fit (s)':>8} {'/ sklearn':>9} {'cpu ratio':>9} "
+          f"{'test log-loss':>14}")
+    for k, (t, r, rc) in res.items():
         P = np.asarray(models[k].predict_proba(Xte))
-        print(f"{k:58s} {t:8.3f} {r:9.2f} {log_loss(yte, P):14.6f}")
+        print(f"{k:58s} {t:8.3f} {r:9.2f} {rc:9.2f} {log_loss(yte, P):14.6f}")
 
     print(f"\nsmall data against SVC ({repeats} alternating repeats; fit time / SVC's)")
-    print(f"{'data set':26s} {'model':52s} {'fit (s)':>8} {'/ SVC':>7} {'log-loss':>9}")
+    print(f"{'data set':26s} {'model':52s} {'fit (s)':>8} {'/ SVC':>7} {'cpu':>7} "
+          f"{'log-loss':>9}")
     sets = datasets(1000)
     for name in ("breast_cancer (2 classes)", "digits (10 classes)"):
         Xtr, Xte, ytr, yte = sets[name]
         res, models = _interleaved(_small_models(Xtr, ytr, M), Xtr, ytr, repeats)
-        for key, (t, r) in res.items():
+        for key, (t, r, rc) in res.items():
             m = models[key]
             ll = log_loss(yte, m.predict_proba(Xte)) if hasattr(m, "predict_proba") else np.nan
-            print(f"{name:26s} {key:52s} {t:8.3f} {r:7.2f} {ll:9.4f}")
+            print(f"{name:26s} {key:52s} {t:8.3f} {r:7.2f} {rc:7.2f} {ll:9.4f}")
 
 
 def main(argv=None):
