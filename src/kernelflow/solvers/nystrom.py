@@ -534,7 +534,7 @@ def _gram_pass(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
     M = C.shape[0]
     r = M if whiten is None else whiten.shape[1]
     G = torch.zeros(r, r, dtype=_F64)
-    b = torch.zeros(M, source.n_outputs, dtype=_F64) if rhs else None
+    b = torch.zeros(M, source.n_outputs, dtype=_F64, device=C.device) if rhs else None
     item = torch.empty((), dtype=dtype).element_size()
     if cache is None:
         rows = block_rows(source.n_features, M, dtype, options, block_size)
@@ -557,12 +557,12 @@ def _gram_pass(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
                     sw = blk.sample_weight[s:e].to(_F64).clamp_min(0).sqrt().reshape(-1, 1)
                     Kc = Kc * sw
                 if b is not None:
-                    y = blk.y[s:e].to(_F64)
+                    y = blk.y[s:e].to(device=Kc.device, dtype=_F64)
                     if y_offset is not None:
-                        y = y - y_offset.to(_F64)
+                        y = y - y_offset.to(device=Kc.device, dtype=_F64)
                     if sw is not None:
                         y = y * sw
-                    b.add_(Kc.T @ y)  # (D^1/2 K)^T D^1/2 y
+                    b.add_((Kc.T @ y).to(b.device))  # (D^1/2 K)^T D^1/2 y
                 yield Kc if F is None else Kc @ F
 
     if C.device.type == "cpu":
@@ -588,7 +588,7 @@ def _gram_pass(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
                 G[j0:, j0:j1].addmm_(Kc[:, j0:].T, Kc[:, j0:j1])
     G = all_reduce_sum(G)
     if b is not None:
-        b = all_reduce_sum(b.cpu() if G.device.type == "cpu" else b)
+        b = all_reduce_sum(b)
     return torch.tril(G) + torch.tril(G, -1).T, b
 
 
@@ -688,15 +688,15 @@ def _gradient_residual(source: DataSource, kernel: Kernel, C: torch.Tensor, coef
     """
     Cd = C.to(dtype)
     t = coef.shape[1]
-    sign = 1.0 - 2.0 * (torch.arange(coef.shape[0], dtype=_F64) % 2).reshape(-1, 1)
-    V = torch.cat([coef, coef * (1.0 + torch.finfo(dtype).eps * sign)], dim=1)
-    g = torch.zeros(C.shape[0], 2 * t, dtype=_F64)
+    sign = 1.0 - 2.0 * (torch.arange(coef.shape[0], dtype=_F64, device=coef.device) % 2)
+    V = torch.cat([coef, coef * (1.0 + torch.finfo(dtype).eps * sign.reshape(-1, 1))], dim=1)
+    g = torch.zeros(C.shape[0], 2 * t, dtype=_F64, device=coef.device)
     for op, blk in _kernel_blocks(source, kernel, Cd, dtype, options, block_size, cache):
         y = blk.y.to(_F64)
         if y_offset is not None:
-            y = y - y_offset
+            y = y - y_offset.to(device=y.device, dtype=_F64)
         g += op.kt_k_matmul(V, W=-torch.cat([y, y], dim=1),
-                            row_weights=blk.sample_weight).to(_F64)
+                            row_weights=blk.sample_weight).to(device=g.device, dtype=_F64)
     g = F.T @ all_reduce_sum(g)  # F^T K^T D (K a - y) = F^T (K^T D K a - b)
     norm = torch.linalg.vector_norm(F.T @ b, dim=0).clamp_min(1e-300)
     res = torch.linalg.vector_norm(g[:, :t] + (lam * W) * beta, dim=0) / norm
@@ -795,11 +795,16 @@ def nystrom_krr(
         over the energy x^T b of the iterate. Default ``DEFAULT_TOL[dtype]`` (1e-3),
         or ``options.cg_tol`` when set.
     solver : {"cg", "direct", "auto"}, default="cg"
-        "direct" accumulates K_nM^T D K_nM in one pass and solves the system densely in the
-        eigenbasis of K_MM (exact, also for a rank-deficient K_MM; O(n M^2 + M^3); the
-        preconditioner is not used); "auto" picks the cheaper by :func:`choose_solver`, and
-        when a float32 CG run does not converge in ``max_iter`` passes it solves directly.
-        Validation early stopping and ``callback`` need "cg" ("auto" then picks it).
+        "direct" accumulates the Gram matrix of the rows in one pass and solves the system
+        densely in the eigenbasis of K_MM (exact, also for a rank-deficient K_MM;
+        O(n M^2 + M^3); the preconditioner is not used; see :func:`_direct_solve`): the rows
+        are whitened before the Gram product when K_MM is ill-conditioned against the penalty,
+        and where the plain Gram may be inaccurate the residual is recomputed from the rows,
+        with a RuntimeWarning and a fallback (whitened rows, then float64 CG from the direct
+        solution) when it is far above rounding. "auto" picks the cheaper by
+        :func:`choose_solver`, and when a float32 CG run does not converge in ``max_iter``
+        passes it solves directly with float64 kernel values. Validation early stopping and
+        ``callback`` need "cg" ("auto" then picks it).
     preconditioner : bool or NystromPreconditioner, default=True
         Falkon's preconditioner (2), a prebuilt one, or False for plain CG on (1).
     validation : DataSource, optional
@@ -905,7 +910,7 @@ def nystrom_krr(
                       else "refining it by float64 conjugate gradients")
             warnings.warn(
                 f"the direct Nyström solve left a relative residual {check:.1e}, "
-                f"{check / level:.0f} times what rounding allows ({level:.1e}; K_MM's "
+                f"{check / level:.2g} times what rounding allows ({level:.1e}; K_MM's "
                 f"eigenvalues span {wh.s_min:.1e} to {wh.s_max:.1e}, penalty alpha / W = "
                 f"{lam:.1e}): {remedy}. A larger alpha or fewer centres make the problem "
                 f"better conditioned.",
