@@ -16,13 +16,13 @@ shards whose number of features, targets, weights or dtype disagree raise ``Valu
 process (instead of a hang or a wrong result later).
 
 Helpers: :func:`shard_arrays` (in-memory arrays), :func:`shard_npy` (memory-mapped ``.npy``
-files, only the process's rows are paged in) and :func:`shard_parquet` (Parquet files, only the
-row groups overlapping the process's range are read, once per pass).
+files, only the process's rows are paged in) and :func:`shard_parquet` (Parquet data sets:
+each process gets whole row groups, :func:`row_group_shards`, and reads only those, once per
+pass).
 """
 
 from __future__ import annotations
 
-import glob
 import os
 from collections.abc import Iterator, Sequence
 
@@ -30,10 +30,10 @@ import numpy as np
 import torch
 
 from ..collectives import all_reduce_sum, is_distributed, rank, world_size
-from ..sources import ArraySource, Block, ChunkSource, DataSource, MemmapSource
+from ..sources import ArraySource, Block, DataSource, MemmapSource
 
 __all__ = ["shard_range", "ShardSource", "shard_arrays", "shard_npy", "shard_parquet",
-           "check_consistent"]
+           "row_group_shards", "check_consistent"]
 
 _DTYPE_CODES = {torch.float64: 1, torch.float32: 2, torch.float16: 3, torch.bfloat16: 4}
 
@@ -238,24 +238,39 @@ def shard_npy(X, y=None, sample_weight=None, *, validate: bool = True) -> ShardS
     return ShardSource(MemmapSource(*parts, validate=validate), offset=start, n_total=n)
 
 
-def _parquet_files(path) -> list[str]:
-    if isinstance(path, str | os.PathLike):
-        p = os.fspath(path)
-        files = sorted(glob.glob(os.path.join(p, "*.parquet"))) if os.path.isdir(p) else [p]
-    else:
-        files = [os.fspath(f) for f in path]
-    if not files:
-        raise ValueError(f"no Parquet files found at {path!r}.")
-    return files
+def row_group_shards(groups: Sequence, n_total: int, world_size_: int) -> list[list]:
+    """Whole row groups per process: group g goes to the rank whose row range holds its start.
+
+    Every group goes to exactly one process, the groups of a process are contiguous (so its rows
+    are a contiguous global range) and each process's row count is within one row group of
+    ``n_total / world_size_``. ``groups`` are :class:`~kernelflow.parquet_source.RowGroup` s
+    (anything with ``start``) in row order. Cost O(groups).
+
+    Examples
+    --------
+    >>> from kernelflow.parquet_source import RowGroup
+    >>> gs = [RowGroup("f", i, 4 * i, 4) for i in range(5)]
+    >>> [[g.index for g in part] for part in row_group_shards(gs, 20, 2)]
+    [[0, 1, 2], [3, 4]]
+    """
+    bounds = [shard_range(n_total, r, world_size_)[0] for r in range(world_size_)]
+    parts: list[list] = [[] for _ in range(world_size_)]
+    for g in groups:
+        parts[int(np.searchsorted(bounds, g.start, side="right")) - 1].append(g)
+    return parts
 
 
 def shard_parquet(path, target: str | Sequence[str] | None = None, *,
                   features: Sequence[str] | None = None, sample_weight: str | None = None,
                   dtype=np.float64) -> ShardSource:
-    """This process's rows of Parquet data (a file, a directory of ``*.parquet`` or a list).
+    """This process's row groups of a Parquet data set (a file, a directory, a glob or a list).
 
-    Row positions follow the files in order, then their row groups. Only the row groups that
-    overlap this process's range are read, once per pass over the data (nothing is cached).
+    Row positions follow the files in sorted order, then their row groups. Every process reads
+    the footers, assigns whole row groups with :func:`row_group_shards` (the same assignment
+    everywhere, no communication) and streams only its own groups, once per pass (nothing is
+    cached). All checks of :class:`~kernelflow.parquet_source.ParquetSource` (missing columns,
+    nulls, non-numeric columns, schemas differing across files, unreadable files) run on every
+    process before any collective, so a bad data set fails everywhere with the same error.
 
     Parameters
     ----------
@@ -278,40 +293,18 @@ def shard_parquet(path, target: str | Sequence[str] | None = None, *,
     >>> src.n_samples, src.n_features
     (3, 1)
     """
-    import pyarrow.parquet as pq
+    from ..parquet_source import ParquetSource
 
-    files = _parquet_files(path)
-    targets = [] if target is None else ([target] if isinstance(target, str) else list(target))
-    schema = pq.ParquetFile(files[0]).schema_arrow
-    if features is None:
-        features = [c for c in schema.names if c not in targets and c != sample_weight]
-    missing = [c for c in [*features, *targets, *([sample_weight] if sample_weight else [])]
-               if c not in schema.names]
-    if missing:
-        raise ValueError(f"columns {missing} are not in {files[0]} (columns: {schema.names}).")
-    groups = []  # (file, row group, global start, rows)
-    pos = 0
-    for f in files:
-        meta = pq.ParquetFile(f).metadata
-        for g in range(meta.num_row_groups):
-            rows = meta.row_group(g).num_rows
-            groups.append((f, g, pos, rows))
-            pos += rows
-    start, stop = shard_range(pos)
-    if stop <= start:
-        raise ValueError(f"{pos} rows cannot give every one of {world_size()} processes a row.")
-    mine = [(f, g, max(s, start) - s, min(s + r, stop) - s)
-            for f, g, s, r in groups if s < stop and s + r > start]
-    columns = list(features) + targets + ([sample_weight] if sample_weight else [])
-
-    def chunks():
-        for f, g, lo, hi in mine:
-            table = pq.ParquetFile(f).read_row_group(g, columns=columns).slice(lo, hi - lo)
-            df = table.to_pandas()
-            # copies: Arrow hands out read-only buffers, which torch refuses to wrap
-            Xc = np.array(df[list(features)], dtype=dtype)
-            yc = np.array(df[targets], dtype=dtype) if targets else None
-            wc = np.array(df[sample_weight], dtype=dtype) if sample_weight else None
-            yield (Xc, yc, wc)
-
-    return ShardSource(ChunkSource(chunks, n_samples=stop - start), offset=start, n_total=pos)
+    torch_dtype = torch.float32 if np.dtype(dtype) == np.float32 else torch.float64
+    source = ParquetSource(path, features=features, target=target, weight=sample_weight,
+                           dtype=torch_dtype)
+    groups = source.row_groups()
+    n = source.n_samples
+    parts = row_group_shards(groups, n, world_size())
+    empty = [r for r, part in enumerate(parts) if not part]
+    if empty:
+        raise ValueError(
+            f"{len(groups)} row group(s) of {n} rows cannot give each of {world_size()} processes "
+            f"a row group (ranks {empty} get none); write the data with smaller row groups.")
+    mine = parts[rank()]
+    return ShardSource(source.select_row_groups(mine), offset=mine[0].start, n_total=n)
