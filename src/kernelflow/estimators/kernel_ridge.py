@@ -95,6 +95,10 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         Bounds of the learned penalty (the noise variance relative to the signal variance).
     random_state : int, RandomState instance or None, default=None
         Seeds the random restarts (None: a fixed seed).
+    verbose : int, default=0
+        > 0 shows progress over the evaluations of the ``learn_hyperparameters`` criterion, in
+        a terminal or a notebook (:func:`kernelflow.utils.progress.progress`); the plain
+        solve has nothing to report.
 
     Attributes
     ----------
@@ -148,6 +152,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         "learn_hyperparameters": [StrOptions(set(EXACT_CRITERIA)), None],
         **OPTIMIZER_CONSTRAINTS,
         "random_state": ["random_state"],
+        "verbose": ["verbose"],
         **PRECOMPUTED_KERNEL_CONSTRAINTS,
     }
     _accepts_precomputed = True
@@ -155,7 +160,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     def __init__(self, alpha=1.0, *, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
                  fit_intercept=True, solver="auto", options=None, learn_hyperparameters=None,
                  n_restarts_optimizer=0, sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3),
-                 random_state=None):
+                 random_state=None, verbose=0):
         self.alpha = alpha
         self.kernel = kernel
         self.sigma = sigma
@@ -170,6 +175,7 @@ class KernelRidge(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.sigma_bounds = sigma_bounds
         self.alpha_bounds = alpha_bounds
         self.random_state = random_state
+        self.verbose = verbose
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
