@@ -613,12 +613,17 @@ class _Whitening:
     mean_diag: float
 
 
-def _whitening(kernel: Kernel, C: torch.Tensor, lam: float, options: Options | None,
+def _kmm_eigh(kernel: Kernel, C: torch.Tensor, options: Options | None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """K_MM = U diag(s) U^T in float64, s ascending and clipped at 0."""
+    return symmetric_eigh(KernelOperator(kernel, C, C, options=options).to_dense().to(_F64))
+
+
+def _whitening(s: torch.Tensor, U: torch.Tensor, lam: float,
                dtype: torch.dtype = _F64) -> _Whitening:
-    """The whitening F of K_MM used by the direct solve (see :func:`_direct_solve`)."""
-    s, U = symmetric_eigh(KernelOperator(kernel, C, C, options=options).to_dense().to(_F64))
-    keep = s > s[-1] * torch.finfo(_F64).eps * C.shape[0]
-    d = float(s.clamp_min(0).sum()) / C.shape[0]
+    """The whitening F of K_MM = U diag(s) U^T used by the direct solve (:func:`_direct_solve`)."""
+    keep = s > s[-1] * torch.finfo(_F64).eps * s.shape[0]
+    d = float(s.clamp_min(0).sum()) / s.shape[0]
     if dtype != _F64 and lam > 0:
         # a direction u of K_MM enters as the feature K_nM u / sqrt(s): the rounding of the
         # kernel values (eps d, d the mean diagonal) gives it a noise of mean square about
@@ -873,9 +878,20 @@ def nystrom_krr(
                                          options=options, block_size=block_size,
                                          fraction=frac / 4)
     def direct(history, whiten=None, dt=dtype, kcache=cache):  # K_MM eigenbasis
-        wh = _whitening(kernel, C, lam, options, dt)
+        s_mm, U_mm = _kmm_eigh(kernel, C, options)
+        wh = _whitening(s_mm, U_mm, lam, _F64 if whiten is None else dt)
         if whiten is None:
             whiten = _squared_gram_error(wh, lam) > _SQUARED_GRAM_MAX
+            if whiten and dt != _F64:
+                # ill-conditioned: float32 kernel values would leave out the directions that
+                # the penalty keeps (1.5 % of the objective at sigma = 10, lambda = 1e-8);
+                # float64 values cost one streamed kernel pass, the Gram is float64 anyway
+                logger.info("Nystrom direct solve: K_MM is ill-conditioned against the "
+                            "penalty, kernel values in float64")
+                dt, kcache = _F64, None
+            elif dt != _F64:
+                wh = _whitening(s_mm, U_mm, lam, dt)
+        del s_mm, U_mm
         G, b_raw = _gram_pass(source, kernel, C, whiten=wh.F if whiten else None,
                               y_offset=y_offset, rhs=True, dtype=dt, options=options,
                               block_size=block_size, cache=kcache)
