@@ -15,6 +15,7 @@ arg-max of ``predict_proba`` always agree.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -61,6 +62,8 @@ def content_folds(X: torch.Tensor, labels: torch.Tensor, sample_weight: torch.Te
     y = labels.detach().cpu().numpy()
     key = torch.cat([X.detach().reshape(X.shape[0], -1).to(torch.float64).cpu(),
                      torch.as_tensor(y, dtype=torch.float64)[:, None]], 1)
+    if isinstance(random_state, np.random.RandomState):  # leave the caller's generator as is
+        random_state = copy.deepcopy(random_state)
     h = row_content_hash(key, resolve_seed(random_state))
     pos = np.ones(len(y), bool) if sample_weight is None else \
         sample_weight.detach().cpu().numpy() > 0
