@@ -130,8 +130,13 @@ STANDIN = {"concrete": "Airfoil", "boston": "California", "diamonds": "Steel",
            "diabetes": "Superconductor", "airquality": "UK temperature"}
 
 
-def competitor_cv(X, y, Xte, sig, lam, folds, name, kern=KERNELS["gaussian"]):
-    """Grid CV + refit of an M-estimator, every (bandwidth, fold, penalty, constant) batched."""
+def competitor_cv(X, y, Xte, sig, lam, folds, name, kern=KERNELS["gaussian"], compact=True,
+                  info=None):
+    """Grid CV + refit of an M-estimator, every (bandwidth, fold, penalty, constant) batched.
+
+    ``compact=False`` runs the solver loop over the whole batch until its slowest problem stops
+    (the loop before compaction); ``info``, a dict, receives the chosen grid indices, the share
+    of problems that hit the iteration cap and the mean iterations per problem."""
     t0 = time.perf_counter()
     val = fold_masks(folds, X.shape[0])
     train = (~val).to(X.dtype)
@@ -145,13 +150,16 @@ def competitor_cv(X, y, Xte, sig, lam, folds, name, kern=KERNELS["gaussian"]):
     Kb = K.reshape(S, 1, 1, 1, *K.shape[1:])
     mask = train.reshape(1, F, 1, 1, -1)
     if name == "KQR":
-        res = kernel_quantile_mm(Kb, y, lam_t, quantile=c_t, mask=mask)
+        res = kernel_quantile_mm(Kb, y, lam_t, quantile=c_t, mask=mask, compact=compact)
     else:
         solver = kernel_huber_irls if name == "KMR-H" else kernel_tukey_irls
-        res = solver(Kb, y, lam_t, c=c_t, mask=mask)
+        res = solver(Kb, y, lam_t, c=c_t, mask=mask, compact=compact)
     pred = (res.coef.unsqueeze(-2) @ Kb)[..., 0, :]  # (S, F, L, C, n)
     mse = ((pred - y).square() * w.reshape(1, F, 1, 1, -1)).sum(-1).mean(1)  # (S, L, C)
     i, j, k = np.unravel_index(int(torch.argmin(mse)), mse.shape)
+    if info is not None:
+        info.update(choice=[int(i), int(j), int(k)], cap=float((~res.converged).double().mean()),
+                    iters=float(res.iterations.double().mean()), n_iter=res.n_iter)
     Kf = K[i]
     if name == "KQR":
         fit = kernel_quantile_mm(Kf, y, float(lam[j]), quantile=float(consts[k]))
@@ -161,7 +169,8 @@ def competitor_cv(X, y, Xte, sig, lam, folds, name, kern=KERNELS["gaussian"]):
     return out, time.perf_counter() - t0
 
 
-def kqr_apg_cv(X, y, Xte, sig, lam, folds, published=False, kern=KERNELS["gaussian"]):
+def kqr_apg_cv(X, y, Xte, sig, lam, folds, published=False, kern=KERNELS["gaussian"],
+               compact=True, info=None):
     """Grid CV + refit of KQR-B (kernel quantile regression with an intercept, APG).
 
     ``published=True`` reproduces the published call: fastkqr's kernel exp(-s d^2) is fitted
@@ -179,16 +188,22 @@ def kqr_apg_cv(X, y, Xte, sig, lam, folds, published=False, kern=KERNELS["gaussi
         return Gaussian(1 / np.sqrt(2 * s))(A, B) if published else kern(s)(A, B)
 
     mse = torch.zeros(S, L, C, dtype=X.dtype)
+    capped, iters, exact = 0.0, 0.0, 0.0
     for f in folds:
         tr = np.setdiff1d(np.arange(n), f)
         Ktr = torch.stack([fit_kernel(s, X[tr], X[tr]) for s in sig]).reshape(S, 1, 1, len(tr),
                                                                               len(tr))
-        res = kernel_quantile_apg(Ktr, y[tr], lam_t, quantile=tau_t, **APG_CV)
+        res = kernel_quantile_apg(Ktr, y[tr], lam_t, quantile=tau_t, compact=compact, **APG_CV)
+        capped += float((~res.converged).double().mean()) / len(folds)
+        exact += float(res.exact.double().mean()) / len(folds)
+        iters += float(res.iterations.double().mean()) / len(folds)
         Kva = torch.stack([kern(s)(X[f], X[tr]) for s in sig]).reshape(S, 1, 1, len(f),
                                                                            len(tr))
         pred = (Kva @ res.coef.unsqueeze(-1))[..., 0] + res.intercept.unsqueeze(-1)
         mse += (pred - y[f]).square().mean(-1) * len(f) / n
     i, j, k = np.unravel_index(int(torch.argmin(mse)), mse.shape)
+    if info is not None:
+        info.update(choice=[int(i), int(j), int(k)], cap=capped, iters=iters, exact=exact)
     fit = kernel_quantile_apg(fit_kernel(sig[i], X, X), y, float(lam[j]),
                               quantile=float(taus[k]))
     out = (kern(sig[i])(Xte, X) @ fit.coef + fit.intercept).numpy()

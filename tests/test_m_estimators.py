@@ -132,3 +132,44 @@ def test_bad_input(problem):
     with pytest.raises(ValueError, match="shape"):
         kernel_quantile_mm(K[:, :-1], y, 1.0)
     np.testing.assert_allclose(check_loss(torch.tensor([2.0]), 0.9).numpy(), [1.8])
+
+
+def _grid_batch(K, y):
+    """A small CV-like batch: 2 kernels x 2 fold masks x 3 penalties x 2 constants."""
+    K2 = torch.stack([K, K.pow(2.0)]).reshape(2, 1, 1, 1, *K.shape)
+    g = torch.Generator().manual_seed(3)
+    mask = (torch.rand(2, K.shape[0], generator=g, dtype=DT) > 0.2).to(DT)
+    lam = torch.tensor([1e-4, 1e-2, 1.0], dtype=DT).reshape(1, 1, 3, 1)
+    return K2, y, lam, mask.reshape(1, 2, 1, 1, -1)
+
+
+@pytest.mark.parametrize("solver,const", [(kernel_huber_irls, "c"), (kernel_tukey_irls, "c"),
+                                          (kernel_quantile_mm, "quantile")])
+def test_compacted_loop_equals_whole_batch_loop(problem, solver, const):
+    K, y, lam, mask = _grid_batch(*problem)
+    cs = {"c": [0.5, 2.0], "quantile": [0.25, 0.5]}[const]
+    kw = {const: torch.tensor(cs, dtype=DT).reshape(1, 1, 1, 2), "mask": mask, "max_iter": 40}
+    a = solver(K, y, lam, compact=True, **kw)
+    b = solver(K, y, lam, compact=False, **kw)
+    scale = b.coef.abs().amax(-1, keepdim=True).clamp_min(1.0)
+    assert ((a.coef - b.coef).abs() / scale).max() < 1e-10
+    assert torch.equal(a.converged, b.converged)
+    assert torch.equal(a.iterations, b.iterations)
+    assert a.n_iter == b.n_iter == int(a.iterations.max())
+
+
+@pytest.mark.parametrize("solver", [kernel_huber_irls, kernel_quantile_mm])
+def test_converged_flags_and_iterations_match_single_problems(problem, solver):
+    K, y, lam, mask = _grid_batch(*problem)
+    res = solver(K, y, lam, mask=mask, max_iter=25)
+    # a problem is unconverged exactly when it ran into the cap
+    assert torch.equal(~res.converged, res.iterations == 25)
+    assert res.converged.any()
+    if solver is kernel_quantile_mm:  # MM reaches the cap on part of this batch
+        assert (~res.converged).any()
+    for idx in [(0, 0, 0, 0), (1, 1, 2, 0), (0, 1, 1, 0)]:
+        one = solver(K[idx[0], 0, 0, 0], y, float(lam[0, 0, idx[2], 0]),
+                     mask=mask[0, idx[1], 0, 0], max_iter=25)
+        assert bool(one.converged) == bool(res.converged[idx])
+        assert one.n_iter == int(res.iterations[idx])
+        assert torch.allclose(one.coef, res.coef[idx], rtol=1e-9, atol=1e-9)

@@ -165,3 +165,25 @@ def test_refuses_bad_solver_input():
         kernel_quantile_apg(K, y, 1.0, delta=0.0)
     with pytest.raises(ValueError, match="quantile"):
         KernelQuantileRegressorAPG(quantile=0.0).fit(np.ones((3, 1)), np.ones(3))
+
+
+def test_compacted_loop_equals_whole_batch_loop():
+    _, y, K = _problem(n=24, seed=2)
+    Ks = torch.tensor(np.stack([K, K**4])).reshape(2, 1, 1, 24, 24)
+    lam = torch.tensor([1e-3, 1e-2, 1e-1], dtype=torch.float64).reshape(1, 3, 1)
+    tau = torch.tensor([0.25, 0.5], dtype=torch.float64).reshape(1, 1, 2)
+    kw = dict(quantile=tau, tol=1e-6, max_iter=300, delta_min=1e-3)
+    a = kernel_quantile_apg(Ks, torch.tensor(y), lam, compact=True, **kw)
+    b = kernel_quantile_apg(Ks, torch.tensor(y), lam, compact=False, **kw)
+    assert torch.equal(a.exact, b.exact) and torch.equal(a.converged, b.converged)
+    assert torch.equal(a.iterations, b.iterations)
+    assert (a.coef - b.coef).abs().max() <= 1e-10 * b.coef.abs().max()
+    assert (a.intercept - b.intercept).abs().max() < 1e-10
+    # the batch mixes problems solved exactly, problems stopped by the tolerance and capped ones
+    assert a.exact.any() and (~a.exact).any()
+    # each problem of the batch is the problem solved alone
+    one = kernel_quantile_apg(Ks[1, 0, 0], torch.tensor(y), 1e-2, quantile=0.5, tol=1e-6,
+                              max_iter=300, delta_min=1e-3)
+    assert bool(one.exact) == bool(a.exact[1, 1, 1])
+    assert int(one.iterations) == int(a.iterations[1, 1, 1])
+    assert torch.allclose(one.coef, a.coef[1, 1, 1], rtol=1e-9, atol=1e-9)
