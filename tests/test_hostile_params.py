@@ -203,3 +203,20 @@ def test_taylor_feature_functions_refuse_a_huge_degree():
     X3, _ = _data(10, 3)
     K = np.exp(-0.5 * ((X3[:, None] - X3[None]) ** 2).sum(-1))
     np.testing.assert_allclose(taylor_kernel(X3, X3, M=10**8), K, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["KernelSignGradientCV", "KernelGradientDescentCV",
+                                  "KernelCoordinateDescentCV", "KernelHuberGradientDescentCV"])
+def test_path_cv_refuses_an_unevaluable_bandwidth_in_its_grid(name):
+    from kernelflow import estimators as E
+
+    X, y = _data()
+    cls = getattr(E, name)
+    with pytest.raises(ValueError, match=r"^sigmas=1e-20 is out of range for X"):
+        cls(sigmas=[1e-20, 1.0], cv=2, max_iter=20).fit(X, y)
+    # an identity kernel is only a candidate of the grid (the automatic grid's smallest
+    # bandwidths give it on high-dimensional data): accepted
+    Xi = np.arange(30, dtype=np.float64)[:, None]
+    grid = [1 / math.sqrt(2e4), 3.0]
+    est = cls(sigmas=grid, cv=2, max_iter=20).fit(Xi, np.sin(Xi[:, 0]))
+    assert est.sigma_ in grid and np.all(np.isfinite(est.predict(Xi)))

@@ -101,7 +101,9 @@ def fit_path_estimator(est, X, y, sample_weight=None):
     return est
 
 
-def check_bandwidth_on_data(est, kernel, X: torch.Tensor, max_rows: int = 256) -> None:
+def check_bandwidth_on_data(est, kernel, X: torch.Tensor, max_rows: int = 256, *,
+                            name: str | None = None, value: Any = None,
+                            allow_identity: bool = False) -> None:
     """Refuse a bandwidth at which the kernel matrix of X is degenerate or cannot be computed.
 
     As the bandwidth of a stationary kernel shrinks (``gamma`` grows), ``K`` tends to the
@@ -111,7 +113,10 @@ def check_bandwidth_on_data(est, kernel, X: torch.Tensor, max_rows: int = 256) -
     and the kernel's own diagonal is lost to rounding (NaN, 0 or inf), which made the
     eigensolver of the step-size rule fail. Both are refused here, before any solve, with a
     ``ValueError`` that names the parameter and the median-heuristic value for X. Checked on
-    at most ``max_rows`` evenly spaced rows: O(max_rows² d).
+    at most ``max_rows`` evenly spaced rows: O(max_rows² d). ``name``/``value`` name the
+    parameter in the message (default: the estimator's ``gamma``, ``kernel`` or ``sigma``).
+    ``allow_identity`` accepts the identity (a candidate of a cross-validated grid: it loses
+    there, and the automatic grid's smallest bandwidths give it on high-dimensional data).
     """
     if not getattr(kernel, "is_stationary", False) or X.shape[0] < 2:
         return
@@ -128,10 +133,12 @@ def check_bandwidth_on_data(est, kernel, X: torch.Tensor, max_rows: int = 256) -
     if finite:
         lost = float((K.diagonal() - diag).abs().max()) > 1e-3 * max(float(diag.abs().max()), 1.0)
         off = K - torch.diag(K.diagonal())
-        identity = float(off.abs().max()) == 0.0
+        identity = not allow_identity and float(off.abs().max()) == 0.0
     if finite and not lost and not identity:
         return
-    if getattr(est, "gamma", None) is not None:
+    if name is not None:
+        pass
+    elif getattr(est, "gamma", None) is not None:
         name, value = "gamma", est.gamma
     elif isinstance(getattr(est, "kernel", None), Kernel):
         name, value = "kernel", est.kernel
@@ -139,7 +146,7 @@ def check_bandwidth_on_data(est, kernel, X: torch.Tensor, max_rows: int = 256) -
         name, value = "sigma", getattr(est, "sigma", None)
     med = median_heuristic(Xs)
     hint = {"gamma": f"gamma near {0.5 / med**2:.3g}", "sigma": f"sigma near {med:.3g}",
-            "kernel": f"a kernel bandwidth near {med:.3g}"}[name]
+            "sigmas": f"sigmas around {med:.3g}"}.get(name, f"a kernel bandwidth near {med:.3g}")
     if not finite or lost:
         why = ("the kernel cannot be evaluated on X in float64 (k(x, x) comes out as NaN, 0 or "
                "inf instead of its value: the bandwidth is far below the scale of X)")
@@ -354,6 +361,9 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
 
     def _fit_cv(self, X, y, grid, folds) -> None:
         kernels = grid_kernels(self.kernel, grid)
+        for s_, k in zip(grid, kernels):
+            check_bandwidth_on_data(self, k, X, name="sigmas", value=float(s_),
+                                    allow_identity=True)
         self.intercept_ = (self._location(y) if self.fit_intercept
                            else torch.zeros((), dtype=y.dtype, device=y.device))
         yc = y - self.intercept_
