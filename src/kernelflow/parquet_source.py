@@ -51,7 +51,7 @@ class RowGroup(NamedTuple):
     """One row group: its file, its index in the file, its first global row and its row count."""
 
     path: str
-    index: int
+    group: int
     start: int
     num_rows: int
 
@@ -281,7 +281,9 @@ class ParquetSource(DataSource):
             if device is None:
                 yield b
             else:
-                yield Block(*(None if t is None else t.to(device) for t in b[:3]), b.start)
+                yield Block(b.X.to(device), None if b.y is None else b.y.to(device),
+                            None if b.sample_weight is None else b.sample_weight.to(device),
+                            b.start)
 
     def _blocks(self, block_size: int, dtype: torch.dtype) -> Iterator[Block]:
         pa, ds = _pyarrow()
@@ -294,7 +296,7 @@ class ParquetSource(DataSource):
                 frag = next(iter(ds.dataset(g.path, format=self.format).get_fragments()))
                 fragments = {g.path: frag}
             if self.format == "parquet":
-                frag = frag.subset(row_group_ids=[g.index])
+                frag = frag.subset(row_group_ids=[g.group])
             try:
                 for batch in frag.to_batches(columns=self.columns, batch_size=block_size):
                     if batch.num_rows == 0:
@@ -302,7 +304,7 @@ class ParquetSource(DataSource):
                     yield self._to_block(batch, np_dtype, start, g)
                     start += batch.num_rows
             except (pa.ArrowException, OSError) as exc:
-                raise ValueError(f"cannot read row group {g.index} of {g.path}: {exc}") from exc
+                raise ValueError(f"cannot read row group {g.group} of {g.path}: {exc}") from exc
 
     def _to_block(self, batch, np_dtype, start: int, g: RowGroup) -> Block:
         def matrix(names):
@@ -311,7 +313,7 @@ class ParquetSource(DataSource):
                 col = batch.column(c)
                 if col.null_count:
                     raise ValueError(f"column {c!r} of {g.path} has {col.null_count} null "
-                                     f"value(s) in row group {g.index}.")
+                                     f"value(s) in row group {g.group}.")
                 out[:, j] = col.to_numpy(zero_copy_only=False)
             return torch.from_numpy(out)
 
@@ -319,5 +321,5 @@ class ParquetSource(DataSource):
         y = matrix(self.targets) if self.targets else None
         w = matrix([self.weight])[:, 0] if self.weight is not None else None
         _check_block(X, y, w, self.n_features, self.n_outputs or None,
-                     f"{g.path} (row group {g.index})")
+                     f"{g.path} (row group {g.group})")
         return Block(X, y, w, start)

@@ -250,7 +250,7 @@ def row_group_shards(groups: Sequence, n_total: int, world_size_: int) -> list[l
     --------
     >>> from kernelflow.parquet_source import RowGroup
     >>> gs = [RowGroup("f", i, 4 * i, 4) for i in range(5)]
-    >>> [[g.index for g in part] for part in row_group_shards(gs, 20, 2)]
+    >>> [[g.group for g in part] for part in row_group_shards(gs, 20, 2)]
     [[0, 1, 2], [3, 4]]
     """
     bounds = [shard_range(n_total, r, world_size_)[0] for r in range(world_size_)]
