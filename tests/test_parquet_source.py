@@ -175,3 +175,55 @@ def test_too_few_row_groups_for_the_processes(tmp_path, monkeypatch):
     monkeypatch.setattr(sharding, "world_size", lambda: 2)
     with pytest.raises(ValueError, match=r"1 row group\(s\) of 10 rows cannot give each of 2"):
         shard_parquet(tmp_path / "one.parquet", "y")
+
+
+def _cli(monkeypatch, capsys, cwd, *args):
+    from kernelflow.cli import main
+
+    monkeypatch.chdir(cwd)
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_command_line_streams_fit_and_predict(data_dir, tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    from kernelflow.io import load_model, read_metadata
+
+    X, y, w = _data()
+    model_file = tmp_path / "m.npz"
+    code, out, err = _cli(monkeypatch, capsys, tmp_path, "fit", data_dir, "--target", "y",
+                          "--drop", "w", "--model", "nystrom_ridge", "--no-scale", "--cv", "0",
+                          "-p", "n_components=30", "-p", "alpha=1e-3", "-p", "sigma=1.0",
+                          "-p", "random_state=0", "-o", model_file)
+    assert code == 0, err
+    assert f"fitted nystrom_ridge on {N} rows x 3 features (streamed)" in out
+    ref = _nystrom().fit(ParquetSource(data_dir, target="y", weight=None,
+                                       features=["x0", "x1", "x2"]))
+    model = load_model(model_file)
+    np.testing.assert_allclose(model.predict(X), ref.predict(X), rtol=0, atol=1e-10)
+    assert read_metadata(model_file)["extra"]["features"] == ["x0", "x1", "x2"]
+    # predictions streamed batch by batch to Parquet and CSV, with the score when y is there
+    for name in ("pred.parquet", "pred.csv"):
+        code, out, err = _cli(monkeypatch, capsys, tmp_path, "predict", model_file, data_dir,
+                              "-o", name)
+        assert code == 0, err
+        assert f"wrote {N} predictions" in out and "R^2 on" in out
+        read = pd.read_parquet if name.endswith("parquet") else pd.read_csv
+        np.testing.assert_allclose(read(tmp_path / name)["prediction"], ref.predict(X),
+                                   rtol=0, atol=1e-10)
+    # a model that cannot stream loads the directory instead
+    code, out, err = _cli(monkeypatch, capsys, tmp_path, "fit", data_dir, "--target", "y",
+                          "--drop", "w", "--model", "kernel_ridge", "--cv", "0",
+                          "-o", tmp_path / "k.npz")
+    assert code == 0 and f"on {N} rows" in out, err
+
+
+def test_command_line_refuses_a_hostile_data_set_in_one_line(tmp_path, monkeypatch, capsys):
+    d, _, message = _hostile(tmp_path, "nulls")
+    code, out, err = _cli(monkeypatch, capsys, tmp_path, "fit", d, "--target", "y", "--model",
+                          "nystrom_ridge", "--no-scale", "--cv", "0", "-o", tmp_path / "m.npz")
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "column 'x1'" in err and "b.parquet" in err and "null" in err
+    assert not (tmp_path / "m.npz").exists()

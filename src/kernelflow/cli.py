@@ -81,10 +81,10 @@ def read_table(source: str, sep: str | None = None) -> tuple[pd.DataFrame, str |
         bunch = REAL_DATASETS[name](as_frame=True)
         return bunch.frame, bunch.target_name
     path = Path(source)
+    if path.is_dir() or _has_glob(source):
+        return _read_parquet_dataset(source), None
     if not path.exists():
         raise CLIError(f"file not found: {source}")
-    if path.is_dir():
-        raise CLIError(f"{source} is a directory, expected a CSV or Parquet file")
     suffix = path.suffix.lower()
     try:
         if suffix in _PARQUET_SUFFIXES:
@@ -100,6 +100,92 @@ def read_table(source: str, sep: str | None = None) -> tuple[pd.DataFrame, str |
     if df.shape[0] == 0 or df.shape[1] == 0:
         raise CLIError(f"{source} contains no data")
     return df, None
+
+
+def _has_glob(source: str) -> bool:
+    return any(ch in source for ch in "*?[")
+
+
+def _read_parquet_dataset(source: str) -> pd.DataFrame:
+    """Every file of a Parquet directory or glob, in sorted path order, as one frame."""
+    import pandas as pd
+
+    try:
+        from kernelflow.parquet_source import parquet_files
+
+        frames = [pd.read_parquet(f) for f in parquet_files(source)]
+        df = pd.concat(frames, ignore_index=True)
+    except Exception as exc:  # noqa: BLE001 - Arrow and pandas errors vary
+        raise CLIError(f"cannot read {source}: {_one_line(exc)}") from None
+    if df.shape[0] == 0 or df.shape[1] == 0:
+        raise CLIError(f"{source} contains no data")
+    return df
+
+
+def is_parquet_dataset(source: str) -> bool:
+    """A Parquet file, a directory of Parquet files or a glob: data the command line can stream."""
+    if source.startswith("dataset:"):
+        return False
+    path = Path(source)
+    return path.is_dir() or _has_glob(source) or path.suffix.lower() in _PARQUET_SUFFIXES
+
+
+def parquet_source(source: str, *, target: str | None = None,
+                   features: Sequence[str] | None = None, drop: Sequence[str] = ()) -> Any:
+    """A streaming :class:`~kernelflow.parquet_source.ParquetSource`; errors become CLIError."""
+    from kernelflow.parquet_source import ParquetSource
+
+    try:
+        src = ParquetSource(source, target=target, features=features or None)
+        if drop:
+            unknown = [c for c in drop if c not in src.features]
+            if unknown:
+                raise CLIError(f"--drop: column(s) {', '.join(unknown)} not in {source}")
+            kept = [c for c in src.features if c not in drop]
+            src = ParquetSource(source, target=target, features=kept)
+    except (ValueError, TypeError, ImportError) as exc:
+        raise CLIError(_one_line(exc)) from None
+    return src
+
+
+def _streamed_predictions(model: BaseEstimator, source: Any) -> Iterable[tuple[Any, Any]]:
+    """(predictions, targets or None) block by block: the data set is never held whole."""
+    import numpy as np
+    import torch
+
+    for block in source.iter_blocks(1 << 16, dtype=torch.float64):
+        pred = np.asarray(model.predict(block.X.numpy()))
+        yield pred, (None if block.y is None else block.y.numpy())
+
+
+def _streamed_score(model: BaseEstimator, source: Any) -> float:
+    """R^2 (accuracy for a classifier) over one pass of the source."""
+    import numpy as np
+
+    classifier = _is_classifier(model)
+    n = hits = sse = sy = syy = 0.0
+    for pred, y in _streamed_predictions(model, source):
+        y = y[:, 0] if y.shape[1] == 1 else y
+        pred = pred.reshape(y.shape)
+        n += len(y)
+        if classifier:
+            hits += float(np.sum(pred == y))
+        else:
+            sse += float(np.sum((y - pred) ** 2))
+            sy += float(np.sum(y))
+            syy += float(np.sum(y * y))
+    if classifier:
+        return hits / n
+    sst = syy - sy * sy / n
+    return 1.0 - sse / sst if sst > 0 else float("nan")
+
+
+def _can_stream(model: BaseEstimator) -> bool:
+    """Estimators whose ``fit`` reads a DataSource block by block."""
+    from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+    from kernelflow.estimators.nystrom_robust import NystromRobustRegressor
+
+    return isinstance(model, NystromKernelRidge | NystromRobustRegressor)
 
 
 def index_columns(df: pd.DataFrame, exclude: Collection[Hashable] = ()) -> list[Hashable]:
@@ -532,6 +618,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
     classifier = _is_classifier(model)
+    if (is_parquet_dataset(str(args.data)) and _can_stream(model) and not args.cv
+            and args.max_rows is None and not args.plot):
+        return _fit_streaming(args, model, stages)
     X, y = _read_xy(args, labels=classifier)
     label = "accuracy" if classifier else "R^2"
     cv_text, cv_score = "", None
@@ -568,6 +657,79 @@ def cmd_fit(args: argparse.Namespace) -> int:
             unit = UNITS.get(str(args.data).split(":", 1)[1])
         _plot_fit(model, X, y, args.plot, title=args.model,
                   ylabel=str(args.target) + (f" ({unit})" if unit else ""), unit=unit)
+    return 0
+
+
+def _fit_streaming(args: argparse.Namespace, model: BaseEstimator, stages: _Stages) -> int:
+    """``fit`` from a Parquet data set read block by block (Nyström estimators, no scaling)."""
+    from kernelflow.io import save_model
+
+    if not args.target:
+        raise CLIError(f"--target is required to fit from {args.data}")
+    source = parquet_source(str(args.data), target=args.target,
+                            features=_split_list(args.features), drop=_split_list(args.drop))
+    stages.say(f"fitting {args.model} on {source.n_samples} rows streamed from "
+               f"{len(source.files)} Parquet file(s)")
+    start = time.perf_counter()
+    model.fit(source)
+    elapsed = time.perf_counter() - start
+    score = _streamed_score(model, source)
+    label = "accuracy" if _is_classifier(model) else "R^2"
+    extra = {"model": args.model, "target": args.target, "features": list(source.features),
+             "n_samples": int(source.n_samples), "source": str(args.data),
+             "fit_seconds": round(elapsed, 3), "training_score": round(float(score), 6)}
+    out = save_model(model, args.output, extra=extra)
+    print(f"fitted {args.model} on {source.n_samples} rows x {source.n_features} features "
+          f"(streamed) in {format_seconds(elapsed)}; training {label} = {score:.4f}; wrote {out}")
+    return 0
+
+
+def _predict_streaming(args: argparse.Namespace, model: BaseEstimator, extra: dict,
+                       fmt: str) -> int:
+    """``predict`` on a Parquet data set, block by block; predictions written as they come."""
+    import pandas as pd
+
+    features, target = extra.get("features"), extra.get("target")
+    source = None
+    if target:  # the data set has the answers: report the score as well
+        try:
+            source = parquet_source(str(args.data), target=target, features=features)
+        except CLIError:
+            source = None
+    if source is None:
+        source = parquet_source(str(args.data), features=features)
+    _stages(args).say(f"predicting {source.n_samples} rows streamed from {args.data}")
+    writer, n, first = None, 0, True
+    stream: Any = sys.stdout
+    if args.output and fmt != "parquet":
+        stream = open(args.output, "w", newline="")  # noqa: SIM115 - closed below
+    try:
+        for pred, _ in _streamed_predictions(model, source):
+            cols = (["prediction"] if pred.ndim == 1
+                    else [f"prediction_{i}" for i in range(pred.shape[1])])
+            out = pd.DataFrame(pred.reshape(len(pred), -1), columns=cols)
+            n += len(out)
+            if fmt == "parquet" and args.output:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                table = pa.Table.from_pandas(out, preserve_index=False)
+                writer = writer or pq.ParquetWriter(args.output, table.schema)
+                writer.write_table(table)
+            else:
+                suffix = Path(args.output).suffix.lower() if args.output else ""
+                out.to_csv(stream, index=False, header=first, sep=separator(args.sep, suffix))
+            first = False
+    finally:
+        if writer is not None:
+            writer.close()
+        if stream is not sys.stdout:
+            stream.close()
+    if args.output:
+        print(f"wrote {n} predictions to {args.output}")
+        if source.n_outputs:
+            label = "accuracy" if _is_classifier(model) else "R^2"
+            print(f"{label} on {args.data}: {_streamed_score(model, source):.4f}")
     return 0
 
 
@@ -626,6 +788,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
         raise CLIError(f"file not found: {args.model}")
     model = load_model(args.model)
     extra = read_metadata(args.model).get("extra", {})
+    if is_parquet_dataset(str(args.data)) and extra.get("features"):
+        return _predict_streaming(args, model, extra, fmt)
     df, _ = read_table(args.data, args.sep)
     features = extra.get("features")
     if features:
@@ -1076,7 +1240,8 @@ def _split_list(value: str | Sequence[str] | None) -> list[str]:
 # parser and entry point
 # ---------------------------------------------------------------------------------------------
 def _add_data_args(p: argparse.ArgumentParser, *, model: bool = True) -> None:
-    p.add_argument("data", help="CSV or Parquet file, or dataset:NAME (e.g. dataset:concrete)")
+    p.add_argument("data", help="CSV or Parquet file, a directory or glob of Parquet files, or "
+                                "dataset:NAME (e.g. dataset:concrete)")
     p.add_argument("--target", "-t", help="name of the target column")
     p.add_argument("--features", help="comma-separated feature columns (default: all others)")
     p.add_argument("--drop", action="append", help="column(s) to leave out (comma-separated)")

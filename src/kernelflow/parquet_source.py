@@ -31,7 +31,7 @@ import torch
 
 from .sources import Block, DataSource, _check_block
 
-__all__ = ["ParquetSource", "RowGroup"]
+__all__ = ["ParquetSource", "RowGroup", "parquet_files"]
 
 _SUFFIXES = (".parquet", ".pq")
 
@@ -56,7 +56,7 @@ class RowGroup(NamedTuple):
     num_rows: int
 
 
-def _find_files(path) -> list[str]:
+def parquet_files(path) -> list[str]:
     """The data set's files, sorted: a file, a directory (recursive), a glob or a list."""
     if isinstance(path, list | tuple):
         files = [os.fspath(p) for p in path]
@@ -143,7 +143,7 @@ class ParquetSource(DataSource):
                 f"format must be 'parquet', 'arrow', 'feather' or 'ipc', got {format!r}.")
         if dtype not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype}.")
-        self.files = _find_files(path)
+        self.files = parquet_files(path)
         self.format = "ipc" if format in ("arrow", "feather") else format
         self.dtype = dtype
         self.targets = [] if target is None else ([target] if isinstance(target, str)
