@@ -227,3 +227,24 @@ def test_command_line_refuses_a_hostile_data_set_in_one_line(tmp_path, monkeypat
     assert code == 1 and len(err.strip().splitlines()) == 1
     assert "column 'x1'" in err and "b.parquet" in err and "null" in err
     assert not (tmp_path / "m.npz").exists()
+
+
+def test_command_line_streams_doubly_stochastic_passes(data_dir, tmp_path, monkeypatch,
+                                                         capsys):
+    from kernelflow.estimators.doubly_stochastic_regressor import DoublyStochasticRegressor
+    from kernelflow.io import load_model
+
+    X, y, _ = _data()
+    code, out, err = _cli(monkeypatch, capsys, tmp_path, "fit", data_dir, "--target", "y",
+                          "--drop", "w", "--model", "doubly_stochastic", "--no-scale",
+                          "--cv", "0", "-p", "sigma=1.0", "-p", "max_iter=2", "-p",
+                          "batch_size=16", "-p", "random_state=0", "-o", tmp_path / "ds.npz")
+    assert code == 0 and "(streamed)" in out, err
+    # the same in-order passes over the arrays, one chunk per row group
+    ref = DoublyStochasticRegressor(sigma=1.0, max_iter=2, batch_size=16, random_state=0)
+    bounds = [g.start for g in ParquetSource(data_dir, target="y").row_groups()] + [N]
+    for _ in range(2):
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            ref.partial_fit(X[a:b], y[a:b])
+    np.testing.assert_allclose(load_model(tmp_path / "ds.npz").predict(X), ref.predict(X),
+                               rtol=0, atol=1e-10)

@@ -181,11 +181,27 @@ def _streamed_score(model: BaseEstimator, source: Any) -> float:
 
 
 def _can_stream(model: BaseEstimator) -> bool:
-    """Estimators whose ``fit`` reads a DataSource block by block."""
+    """Estimators whose ``fit`` reads a DataSource block by block, or that learn from a stream
+    of chunks (doubly stochastic regression: ``partial_fit``)."""
+    from kernelflow.estimators.doubly_stochastic_regressor import DoublyStochasticRegressor
     from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
     from kernelflow.estimators.nystrom_robust import NystromRobustRegressor
 
-    return isinstance(model, NystromKernelRidge | NystromRobustRegressor)
+    return isinstance(model, NystromKernelRidge | NystromRobustRegressor
+                      | DoublyStochasticRegressor)
+
+
+def _fit_source(model: BaseEstimator, source: Any) -> None:
+    """``fit(source)``, or ``max_iter`` in-order passes of ``partial_fit`` over its blocks."""
+    import torch
+
+    if not hasattr(model, "partial_fit"):
+        model.fit(source)
+        return
+    for _ in range(int(model.max_iter)):
+        for block in source.iter_blocks(1 << 16, dtype=torch.float64):
+            y = block.y[:, 0] if block.y.shape[1] == 1 else block.y
+            model.partial_fit(block.X.numpy(), y.numpy())
 
 
 def index_columns(df: pd.DataFrame, exclude: Collection[Hashable] = ()) -> list[Hashable]:
@@ -661,7 +677,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _fit_streaming(args: argparse.Namespace, model: BaseEstimator, stages: _Stages) -> int:
-    """``fit`` from a Parquet data set read block by block (Nyström estimators, no scaling)."""
+    """``fit`` from a Parquet data set read block by block (no scaling, no cross-validation)."""
     from kernelflow.io import save_model
 
     if not args.target:
@@ -671,7 +687,7 @@ def _fit_streaming(args: argparse.Namespace, model: BaseEstimator, stages: _Stag
     stages.say(f"fitting {args.model} on {source.n_samples} rows streamed from "
                f"{len(source.files)} Parquet file(s)")
     start = time.perf_counter()
-    model.fit(source)
+    _fit_source(model, source)
     elapsed = time.perf_counter() - start
     score = _streamed_score(model, source)
     label = "accuracy" if _is_classifier(model) else "R^2"
