@@ -100,8 +100,9 @@ class ParquetSource(DataSource):
         Precision of the blocks when :meth:`iter_blocks` is called without ``dtype`` (the
         estimators ask for their own precision, and the columns are converted straight to it).
     format : {"parquet", "arrow", "feather", "ipc"}, default="parquet"
-        File format passed to ``pyarrow.dataset``. Arrow IPC files have a single "row group"
-        per record batch.
+        File format passed to ``pyarrow.dataset``. An Arrow IPC (Feather) file counts as one
+        row group (sharding gives whole files); name IPC files explicitly or by a glob, since
+        a directory is searched for ``*.parquet`` / ``*.pq`` only.
 
     Attributes
     ----------
