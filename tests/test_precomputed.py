@@ -83,7 +83,11 @@ def test_precomputed_wrong_shapes_refused(Est):
 def test_precomputed_check_estimator_and_pairwise_tag(Est):
     assert get_tags(Est(kernel="precomputed")).input_tags.pairwise
     assert not get_tags(Est()).input_tags.pairwise
-    check_estimator(Est(kernel="precomputed"))
+    # scikit-learn's check_decision_proba_consistency fits raw features, not a kernel matrix,
+    # whatever the pairwise tag says (a classifier with predict_proba runs it)
+    check_estimator(Est(kernel="precomputed"), expected_failed_checks={
+        "check_decision_proba_consistency": "fits raw features on a pairwise estimator"}
+        if Est is KernelRidgeClassifier else {})
 
 
 def test_precomputed_indefinite_matrix_least_squares_with_warning():
@@ -123,3 +127,124 @@ def test_resolve_kernel_one_place():
     assert resolve_kernel("precomputed", allow_precomputed=True) == "precomputed"
     with pytest.raises(ValueError, match="kernel object"):
         resolve_kernel(k, sigma=1.0)
+
+
+# ---- the path estimators: the same fits from the kernel matrix ----------------------------------
+from kernelflow.estimators import (  # noqa: E402
+    KernelCoordinateDescent,
+    KernelGradientDescent,
+    KernelGradientFlow,
+    KernelHuberGradientDescent,
+    KernelSignGradient,
+)
+from kernelflow.estimators.huber_path import KernelHuberGradientDescentCV  # noqa: E402
+from kernelflow.estimators.path_cv import (  # noqa: E402
+    KernelCoordinateDescentCV,
+    KernelGradientDescentCV,
+    KernelSignGradientCV,
+)
+
+# a fixed number of steps: the validation split of early stopping goes by row content, which
+# for a kernel matrix is its rows (tested below), not the inputs that made it
+_PATH = [
+    (KernelGradientDescent, {"max_iter": 200, "early_stopping": False}),
+    (KernelSignGradient, {"max_iter": 300, "early_stopping": False}),
+    (KernelCoordinateDescent, {"max_iter": 300, "early_stopping": False}),
+    (KernelHuberGradientDescent, {"max_iter": 200, "early_stopping": False}),
+    (KernelGradientFlow, {"t": 3.0}),
+]
+_PATH_CV = [
+    (KernelGradientDescentCV, {"cv": 3, "max_iter": 200, "random_state": 0}),
+    (KernelSignGradientCV, {"cv": 3, "max_iter": 300, "random_state": 0}),
+    (KernelCoordinateDescentCV, {"cv": 3, "max_iter": 300, "random_state": 0}),
+    (KernelHuberGradientDescentCV, {"cv": 3, "max_iter": 200, "random_state": 0}),
+]
+
+
+def _gram(k, A, B):
+    return k(torch.from_numpy(A), torch.from_numpy(B)).numpy()
+
+
+@pytest.mark.parametrize("Est,params", _PATH, ids=lambda p: getattr(p, "__name__", ""))
+def test_path_estimator_precomputed_equals_kernel_inside(Est, params):
+    X, y, Xt = _data()
+    k = Gaussian(1.1)
+    inside = Est(kernel=k, **params).fit(X, y)
+    pre = Est(kernel="precomputed", **params).fit(_gram(k, X, X), y)
+    np.testing.assert_allclose(pre.predict(_gram(k, Xt, X)), inside.predict(Xt), rtol=1e-8,
+                               atol=1e-8)
+    assert getattr(pre, "n_iter_", 0) == getattr(inside, "n_iter_", 0)
+    assert pre.kernel_ == "precomputed" and pre.n_features_in_ == X.shape[0]
+
+
+@pytest.mark.parametrize("Est,params", _PATH_CV, ids=lambda p: getattr(p, "__name__", ""))
+def test_path_cv_precomputed_equals_one_bandwidth(Est, params):
+    # with a kernel matrix only the stopping time is cross-validated: the same as a grid of the
+    # one bandwidth that made the matrix
+    X, y, Xt = _data()
+    k = Gaussian(1.1)
+    inside = Est(sigmas=[1.1], **params).fit(X, y)
+    pre = Est(kernel="precomputed", **params).fit(_gram(k, X, X), y)
+    np.testing.assert_allclose(pre.predict(_gram(k, Xt, X)), inside.predict(Xt), rtol=1e-8,
+                               atol=1e-8)
+    assert pre.n_iter_ == inside.n_iter_ and pre.sigma_ is None and pre.sigmas_ is None
+
+
+def test_path_precomputed_early_stopping_splits_by_kernel_rows():
+    from kernelflow.utils.holdout import holdout_weights
+
+    X, y, Xt = _data()
+    k = Gaussian(1.1)
+    K = _gram(k, X, X)
+    pre = KernelSignGradient(kernel="precomputed", max_iter=2000, random_state=0).fit(K, y)
+    _, w_va = holdout_weights(torch.from_numpy(K), torch.from_numpy(y), None, 0.1, 0)
+    np.testing.assert_array_equal(pre.validation_indices_, np.flatnonzero(w_va.numpy() > 0))
+    # the same number of steps from the kernel inside gives the same model
+    same = KernelSignGradient(kernel=k, max_iter=pre.n_iter_, early_stopping=False).fit(X, y)
+    np.testing.assert_allclose(pre.predict(_gram(k, Xt, X)), same.predict(Xt), rtol=1e-8,
+                               atol=1e-8)
+
+
+def test_path_precomputed_zero_weight_rows_drop_rows_and_columns():
+    X, y, Xt = _data()
+    k = Gaussian(1.1)
+    w = np.ones(len(y))
+    w[::7] = 0.0
+    keep = w > 0
+    kept = KernelSignGradient(kernel=k, max_iter=300, early_stopping=False).fit(X[keep],
+                                                                               y[keep])
+    pre = KernelSignGradient(kernel="precomputed", max_iter=300, early_stopping=False).fit(
+        _gram(k, X, X), y, sample_weight=w)
+    np.testing.assert_allclose(pre.predict(_gram(k, Xt, X)), kept.predict(Xt), rtol=1e-8,
+                               atol=1e-8)
+    assert np.all(pre.dual_coef_.numpy()[~keep] == 0)
+
+
+_ALL_PATH = [e for e, _ in _PATH + _PATH_CV]
+
+
+@pytest.mark.parametrize("Est", _ALL_PATH)
+def test_path_precomputed_wrong_shapes_refused(Est):
+    X, y, _ = _data(n=20)
+    K = _gram(Gaussian(1.0), X, X)
+    kw = {"cv": 3} if "cv" in Est().get_params() else {}
+    with pytest.raises(ValueError, match="square training kernel matrix"):
+        Est(kernel="precomputed", **kw).fit(K[:, :15], y)
+    with pytest.raises(ValueError, match="square training kernel matrix"):
+        Est(kernel="precomputed", **kw).fit(X, y)
+    est = Est(kernel="precomputed", **kw).fit(K, y)
+    with pytest.raises(ValueError, match="20 features"):
+        est.predict(K[:, :19])
+
+
+@pytest.mark.parametrize("Est", _ALL_PATH)
+def test_path_precomputed_pairwise_tag_and_check_estimator(Est):
+    assert get_tags(Est(kernel="precomputed")).input_tags.pairwise
+    assert not get_tags(Est()).input_tags.pairwise
+    kw = {"cv": 3, "max_iter": 200} if "cv" in Est().get_params() else {}
+    expected = {}
+    if Est in (KernelHuberGradientDescent, KernelHuberGradientDescentCV):
+        # the check centres a Gram matrix, which makes it indefinite: a gradient path grows
+        # along its negative eigenvalues, and the Huber path reports that as DivergenceError
+        expected = {"check_positive_only_tag_during_fit": "indefinite kernel matrix diverges"}
+    check_estimator(Est(kernel="precomputed", **kw), expected_failed_checks=expected)

@@ -30,10 +30,15 @@ from ..typing import ArrayLike, Output
 from ..utils._finite import DivergenceError
 from ..utils._threads import threads_for
 from ..utils._validation import check_X_y
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._base import (
+    PRECOMPUTED,
+    PRECOMPUTED_KERNEL_CONSTRAINTS,
+    KernelEstimatorMixin,
+    check_precomputed,
+)
 
 __all__ = ["PATH_CONSTRAINTS", "CV_CONSTRAINTS", "PathRegressor", "PathCVRegressor",
-           "bandwidth_grid", "grid_kernels", "cv_folds"]
+           "GramRows", "bandwidth_grid", "grid_kernels", "cv_folds"]
 
 #: Validation losses every path estimator accepts.
 VALIDATION_LOSSES = set(RESIDUAL_LOSSES)
@@ -53,7 +58,7 @@ PATH_CONSTRAINTS = {
 
 #: Constraints shared by the path-CV estimators.
 CV_CONSTRAINTS = {
-    "sigmas": [Interval(Integral, 1, None, closed="left"), "array-like"],
+    "sigmas": [Interval(Integral, 1, None, closed="left"), "array-like", None],
     "cv": [Interval(Integral, 2, None, closed="left"), "array-like"],
     "learning_rate": [Interval(Real, 0, None, closed="neither"), StrOptions({"auto"})],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
@@ -63,6 +68,43 @@ CV_CONSTRAINTS = {
     "verbose": ["verbose"],
     "distributed": DISTRIBUTED_CONSTRAINT,
 }
+
+
+class GramRows(Kernel):
+    """A precomputed training kernel matrix seen as a kernel on row numbers: k(i, j) = K[i, j].
+
+    ``kernel="precomputed"`` runs the path solvers unchanged on the user's matrix: they take
+    a kernel and inputs, and here the inputs are the column of row numbers
+    (:meth:`rows`), so every block, diagonal and tile they ask for is a slice of ``gram``.
+    Cost: a gather per block, no kernel evaluation.
+
+    Examples
+    --------
+    >>> import torch
+    >>> K = torch.tensor([[2.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    >>> k = GramRows(K)
+    >>> bool(torch.equal(k(k.rows()), K)), k.diag(k.rows()).tolist()
+    (True, [2.0, 3.0])
+    """
+
+    def __init__(self, gram: torch.Tensor) -> None:
+        self.gram = gram
+
+    def rows(self) -> torch.Tensor:  # shape: (n, 1), exact in float64 and float32 below 2^24
+        n = self.gram.shape[0]
+        return torch.arange(n, dtype=self.gram.dtype, device=self.gram.device).reshape(n, 1)
+
+    def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
+        return self.gram[P1[:, 0].long()][:, P2[:, 0].long()]
+
+    def diag(self, X: torch.Tensor) -> torch.Tensor:
+        return self.gram.diagonal()[X[:, 0].long()]
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __hash__(self) -> int:
+        return id(self)
 
 
 def _drop_zero_weights(X, y, sw):
@@ -94,10 +136,23 @@ def fit_path_estimator(est, X, y, sample_weight=None):
     ``validation_indices_`` are positions in the rows passed to ``fit``.
     """
     X, y, sw, _ = check_X_y(est, X, y, sample_weight=sample_weight)
+    gram = None
+    if est._precomputed():
+        check_precomputed(est, X, fit=True)
+        gram = X
     X, y, sw, kept = _drop_zero_weights(X, y, sw)
+    if gram is not None and kept is not None:  # the kept rows' block: rows and columns
+        X = X[:, torch.from_numpy(kept).to(X.device)]
     n = X.shape[0]
     with threads_for(n * n * (1 if y.ndim == 1 else y.shape[1])):  # one step: a product with K
         _fit_path_estimator(est, X, y, sw, kept)
+    if gram is not None:  # predict takes kernels against every training row
+        est.X_fit_ = gram
+        if kept is not None:
+            full = torch.zeros((gram.shape[0], *est.dual_coef_.shape[1:]),
+                               dtype=est.dual_coef_.dtype, device=est.dual_coef_.device)
+            full[torch.from_numpy(kept).to(full.device)] = est.dual_coef_
+            est.dual_coef_ = full
     return est
 
 
@@ -160,15 +215,20 @@ def check_bandwidth_on_data(est, kernel, X: torch.Tensor, max_rows: int = 256, *
 
 def _fit_path_estimator(est, X, y, sw, kept):
     est.kernel_ = est._build_kernel(X)
-    check_bandwidth_on_data(est, est.kernel_, X)
+    if isinstance(est.kernel_, str):  # "precomputed": X is the kernel matrix of the training rows
+        # the validation split goes by the content of K's rows (equal inputs, equal rows)
+        kernel, inputs, split = GramRows(X), GramRows(X).rows(), X
+    else:
+        check_bandwidth_on_data(est, est.kernel_, X)
+        kernel, inputs, split = est.kernel_, X, None
     yc, est.intercept_ = est._center_targets(y, sw)
     fit = fit_path(
-        est._rule(yc), est.kernel_, X, yc, learning_rate=est.learning_rate,
+        est._rule(yc), kernel, inputs, yc, learning_rate=est.learning_rate,
         max_iter=est.max_iter, early_stopping=est.early_stopping,
         validation_fraction=est.validation_fraction, n_iter_no_change=est.n_iter_no_change,
         tol=est.tol, random_state=est.random_state, options=est._options(),
         verbose=est.verbose, sample_weight=sw, validation_loss=est.validation_loss,
-        **est._path_kwargs(),
+        holdout_rows=split, **est._path_kwargs(),
     )
     est.X_fit_ = X
     est.dual_coef_ = fit.alpha
@@ -190,8 +250,9 @@ class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     extend :meth:`_path_kwargs` and :meth:`_after_fit`.
     """
 
-    _parameter_constraints: dict = {**PATH_CONSTRAINTS, **KERNEL_CONSTRAINTS}
+    _parameter_constraints: dict = {**PATH_CONSTRAINTS, **PRECOMPUTED_KERNEL_CONSTRAINTS}
     _path_function: Any = None
+    _accepts_precomputed = True
 
     def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
@@ -260,10 +321,14 @@ class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
 
 
 def bandwidth_grid(sigmas, X: torch.Tensor) -> np.ndarray:
-    """The bandwidth grid: explicit values, or ``n`` log-spaced values median * [1e-2, 1e2]."""
-    if isinstance(sigmas, (int, np.integer)):
+    """The bandwidth grid: explicit values, ``n`` log-spaced values median * [1e-2, 1e2], or
+    for None the grid of :class:`~kernelflow.estimators.KernelRidgeCV`, median * 10^[-1, 1] in
+    9 log-spaced values."""
+    if sigmas is None or isinstance(sigmas, (int, np.integer)):
         med = float(median_heuristic(X))
         med = med if med > 0 else 1.0
+        if sigmas is None:
+            return med * np.logspace(-1, 1, 9)
         return med * np.geomspace(1e-2, 1e2, int(sigmas))
     if np.ndim(sigmas) > 1:
         raise ValueError(
@@ -310,7 +375,8 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
 
     _multi_output = False
     _method = "sign"
-    _parameter_constraints: dict = {**CV_CONSTRAINTS, **KERNEL_CONSTRAINTS}
+    _parameter_constraints: dict = {**CV_CONSTRAINTS, **PRECOMPUTED_KERNEL_CONSTRAINTS}
+    _accepts_precomputed = True
 
     def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate="auto", max_iter=10000,
                  n_iter_no_change=100, validation_loss="squared", fit_intercept=True,
@@ -337,6 +403,10 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     def _after_refit(self, path) -> None:
         """Hook for rule-specific fitted attributes."""
 
+    def _refit_rule(self, rule: PathRule) -> PathRule:
+        """The rule of the refit (its step is passed explicitly); the CV rule by default."""
+        return rule
+
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y):
         """Cross-validate bandwidth and stopping time, then refit on all of X.
@@ -351,19 +421,26 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self : object
         """
         X, y, _, _ = check_X_y(self, X, y, multi_output=False)
-        grid = bandwidth_grid(self.sigmas, X)
+        if self._precomputed():  # one kernel: only the stopping time is cross-validated
+            check_precomputed(self, X, fit=True)
+            gram = GramRows(X)
+            grid, kernels, inputs = None, [gram], gram.rows()
+        else:
+            grid = bandwidth_grid(self.sigmas, X)
+            kernels, inputs = grid_kernels(self.kernel, grid), X
+            for s, k in zip(grid, kernels):
+                check_bandwidth_on_data(self, k, X, name="sigmas", value=float(s),
+                                        allow_identity=True)
         folds = cv_folds(self.cv, X.shape[0], self.random_state)
         n = X.shape[0]
         # one step of the batched path: a product with every bandwidth's kernel for every fold
-        with threads_for(len(grid) * len(folds) * n * n):
-            self._fit_cv(X, y, grid, folds)
+        with threads_for(len(kernels) * len(folds) * n * n):
+            self._fit_cv(inputs, y, grid, folds, kernels)
+        if grid is None:
+            self.kernel_, self.X_fit_ = PRECOMPUTED, X
         return self
 
-    def _fit_cv(self, X, y, grid, folds) -> None:
-        kernels = grid_kernels(self.kernel, grid)
-        for s_, k in zip(grid, kernels):
-            check_bandwidth_on_data(self, k, X, name="sigmas", value=float(s_),
-                                    allow_identity=True)
+    def _fit_cv(self, X, y, grid, folds, kernels) -> None:
         self.intercept_ = (self._location(y) if self.fit_intercept
                            else torch.zeros((), dtype=y.dtype, device=y.device))
         yc = y - self.intercept_
@@ -379,9 +456,10 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         )
         best = res.best_index
         self.sigmas_ = grid
-        self.sigma_ = float(grid[best])
+        self.sigma_ = None if grid is None else float(grid[best])
         self.cv_mse_ = res.cv_mse.detach().cpu().numpy()
         self.best_iter_ = res.best_iter.detach().cpu().numpy()
+        self.cv_n_iter_ = res.n_iter.detach().cpu().numpy()
         self.n_iter_ = int(res.stopping_iter[best])
         self.kernel_ = kernels[best]
         op = KernelOperator(self.kernel_, X, options=self._options())
@@ -392,8 +470,8 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             eta = float(res.step_size[best])
         else:  # the same automatic step as the CV run, on the same kernel matrix
             eta = rule.learning_rate(K, yc)
-        path = _single_path(rule)(K, yc, learning_rate=eta, max_iter=self.n_iter_,
-                                  verbose=self.verbose)
+        path = _single_path(self._refit_rule(rule))(K, yc, learning_rate=eta,
+                                                    max_iter=self.n_iter_, verbose=self.verbose)
         if not torch.isfinite(path.alpha).all():
             raise DivergenceError("The refit diverged; lower learning_rate.")
         self.X_fit_ = X

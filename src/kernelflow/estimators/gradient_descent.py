@@ -7,7 +7,7 @@ from numbers import Real
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..solvers.paths import gradient_descent_path
-from ._base import KERNEL_CONSTRAINTS
+from ._base import PRECOMPUTED_KERNEL_CONSTRAINTS
 from ._paths import PATH_CONSTRAINTS, PathRegressor, fit_path_estimator
 from ._paths import _drop_zero_weights as _drop
 
@@ -114,7 +114,7 @@ class KernelGradientDescent(PathRegressor):
         "momentum": [Interval(Real, 0, 1, closed="left")],
         "nesterov": ["boolean"],
         "method": [StrOptions({"auto", "spectral", "iterative"})],
-        **KERNEL_CONSTRAINTS,
+        **PRECOMPUTED_KERNEL_CONSTRAINTS,
     }
     _path_function = staticmethod(gradient_descent_path)
 

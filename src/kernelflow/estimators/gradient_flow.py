@@ -12,7 +12,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..solvers.direct import gradient_flow_spectral, spectrum
 from ..utils._validation import check_X, check_X_y, to_output
-from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
+from ._base import PRECOMPUTED_KERNEL_CONSTRAINTS, KernelEstimatorMixin, check_precomputed
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -71,8 +71,9 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "t": [Interval(Real, 0, None, closed="neither")],
         "momentum": [Interval(Real, 0, 1, closed="left")],
-        **KERNEL_CONSTRAINTS,
+        **PRECOMPUTED_KERNEL_CONSTRAINTS,
     }
+    _accepts_precomputed = True
 
     def __init__(self, t: float = 1.0, *, momentum: float = 0.0, kernel: str | Kernel = "rbf",
                  sigma: ArrayLike | Literal["ard"] | None = None, gamma: float | None = None,
@@ -104,6 +105,8 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self : object
         """
         Xt, yt, sw, _ = check_X_y(self, X, y, sample_weight=sample_weight)
+        if self._precomputed():
+            check_precomputed(self, Xt, fit=True)
         self.kernel_ = self._build_kernel(Xt, sw)
         self.X_fit_ = Xt
         yc, self.intercept_ = self._center_targets(yt, sw)
@@ -133,6 +136,8 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         """Predictions at every stopping time; shape (n_samples, len(times)[, n_targets])."""
         check_is_fitted(self)
         Xt, kind = check_X(self, X, reset=False)
+        if self._precomputed():
+            check_precomputed(self, Xt, fit=False)
         Xt = Xt.to(device=self.X_fit_.device, dtype=self.X_fit_.dtype)
         C = self.coef_path(times)  # (m, n[, t])
         m = C.shape[0]

@@ -8,7 +8,7 @@ import torch
 from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..solvers.paths.rules import HuberRule
-from ._base import KERNEL_CONSTRAINTS
+from ._base import PRECOMPUTED_KERNEL_CONSTRAINTS
 from ._paths import CV_CONSTRAINTS, PATH_CONSTRAINTS, PathCVRegressor, PathRegressor
 
 __all__ = ["KernelHuberGradientDescent", "KernelHuberGradientDescentCV"]
@@ -113,7 +113,8 @@ class KernelHuberGradientDescent(PathRegressor):
     True
     """
 
-    _parameter_constraints: dict = {**PATH_CONSTRAINTS, **_EPSILON, **KERNEL_CONSTRAINTS}
+    _parameter_constraints: dict = {**PATH_CONSTRAINTS, **_EPSILON,
+                                    **PRECOMPUTED_KERNEL_CONSTRAINTS}
 
     def __init__(self, learning_rate="auto", *, epsilon="auto", max_iter=1000, tol=0.0,
                  early_stopping=True, validation_fraction=0.1, n_iter_no_change=100,
@@ -208,7 +209,7 @@ class KernelHuberGradientDescentCV(PathCVRegressor):
     (0.5, 1.0)
     """
 
-    _parameter_constraints: dict = {**CV_CONSTRAINTS, **_EPSILON, **KERNEL_CONSTRAINTS}
+    _parameter_constraints: dict = {**CV_CONSTRAINTS, **_EPSILON, **PRECOMPUTED_KERNEL_CONSTRAINTS}
 
     def __init__(self, sigmas=30, *, kernel="rbf", cv=10, learning_rate="auto", epsilon="auto",
                  max_iter=10000, n_iter_no_change=100, validation_loss="huber",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from ..solvers.paths.rules import PathRule, SignRule, as_rule
 from ._paths import PathCVRegressor, bandwidth_grid, cv_folds, grid_kernels
 
 if TYPE_CHECKING:
@@ -32,17 +33,20 @@ _DOC = """{summary}
 
     Parameters
     ----------
-    sigmas : int or array-like of shape (n_sigmas,), default=30
+    sigmas : int, array-like of shape (n_sigmas,) or None, default={sigmas_default}
         Bandwidth grid, or its size: log-spaced values median * [1e-2, 1e2] where median is the
-        median pairwise distance. The papers use geomspace(0.01, 1000, 30) on standardised data.
+        median pairwise distance; None: the grid of ``KernelRidgeCV``, median * 10^[-1, 1] in 9
+        values. The papers use geomspace(0.01, 1000, 30) on standardised data.{sigmas_extra}
     kernel : str or Kernel, default="rbf"
-        A kernel with a bandwidth (Gaussian, Laplace, Matern, Cauchy).
+        A kernel with a bandwidth (Gaussian, Laplace, Matern, Cauchy), or "precomputed": ``fit``
+        then takes the (n, n) training kernel matrix and only the stopping time is
+        cross-validated (``sigma_`` and ``sigmas_`` are None), ``predict`` the
+        (n_test, n_train) kernel matrix.
     cv : int or list of array-like, default=10
         Number of folds of a seeded permutation, or explicit validation index arrays.
     learning_rate : float or "auto", default="auto"
-        Step size eta. "auto" gives every bandwidth the scale-aware step of the single-path
-        estimator on its kernel matrix (e.g. 0.01 rms(y) / s_max(K) for sign descent); the
-        papers use 0.01 on standardised data.
+        Step size eta. "auto" gives every bandwidth a scale-aware step on its kernel matrix
+        ({auto_step}); the papers use 0.01 on standardised data.
     max_iter : int, default=10000
         Largest number of steps per problem (t_max / eta).
     n_iter_no_change : int, default=100
@@ -70,17 +74,20 @@ _DOC = """{summary}
 
     Attributes
     ----------
-    sigma_ : float
-        Chosen bandwidth.
+    sigma_ : float or None
+        Chosen bandwidth (None with ``kernel="precomputed"``).
     n_iter_ : int
         Chosen stopping time (steps of the refit); ``t_ = n_iter_ * learning_rate_``.
     learning_rate_ : float
         Step of the chosen bandwidth.
     t_ : float
-    sigmas_ : ndarray of shape (n_sigmas,)
+    sigmas_ : ndarray of shape (n_sigmas,) or None
     cv_mse_ : ndarray of shape (n_sigmas,)
         Mean over folds of the best validation loss (the MSE for ``validation_loss="squared"``).
     best_iter_ : ndarray of shape (n_sigmas, n_folds)
+    cv_n_iter_ : ndarray of shape (n_sigmas, n_folds)
+        Steps each cross-validation problem ran before its monitor stopped it (``max_iter``
+        where the cap stopped it).
     dual_coef_ : tensor of shape (n_samples,)
     intercept_ : tensor of shape ()
     X_fit_ : tensor of shape (n_samples, n_features)
@@ -107,10 +114,50 @@ class KernelGradientDescentCV(PathCVRegressor):
     _method = "gradient"
 
 
+def typical_sign_learning_rate(K: torch.Tensor, y: torch.Tensor,
+                               resolution: float = 0.01) -> float:
+    """Sign-descent step that moves the fitted values by ``resolution ||y||`` in a typical step.
+
+    eta = resolution * rms(y) * sqrt(n) / ||K||_F. A step changes the fitted values by
+    eta ||K s||_2 with s = sign(r). :func:`~kernelflow.solvers.paths.sign_learning_rate`
+    bounds the worst case, ||K s|| <= s_max(K) sqrt(n), which is attained only while s follows
+    K's top eigenvector (the first steps from alpha = 0). Once the residual's signs are mixed,
+    ||K s|| is about ||K||_F (E ||K s||^2 = ||K||_F^2 for signs without alignment), and for a
+    kernel with a fast-decaying spectrum ||K||_F is far below s_max sqrt(n): the worst-case step
+    then moves the fit by much less than ``resolution`` per step, and the path needs thousands
+    of steps to reach its best validation error. Both steps agree for K = I. Sign descent
+    cannot diverge (|alpha_i| <= k eta), so the larger step only coarsens the path early on.
+    Cost O(n^2).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.solvers.paths import sign_learning_rate
+    >>> round(typical_sign_learning_rate(torch.eye(4, dtype=torch.float64), torch.ones(4)), 4)
+    0.01
+    >>> K = torch.ones(4, 4, dtype=torch.float64)  # rank one: 2 = sqrt(n) times the worst case
+    >>> round(typical_sign_learning_rate(K, torch.ones(4)) / sign_learning_rate(K, torch.ones(4)))
+    2
+    """
+    n = K.shape[0]
+    fro = float(torch.linalg.matrix_norm(K))
+    rms = float(y.pow(2).mean().sqrt()) if y.numel() else 0.0
+    return resolution * (rms if rms > 0 else 1.0) * n**0.5 / (fro if fro > 0 else 1.0)
+
+
+class _TypicalStepSignRule(SignRule):
+    """Sign descent with :func:`typical_sign_learning_rate` as its automatic step."""
+
+    def learning_rate(self, K, y, s_max=None, sample_weight=None):
+        if sample_weight is not None or not isinstance(K, torch.Tensor):
+            return super().learning_rate(K, y, s_max=s_max, sample_weight=sample_weight)
+        return typical_sign_learning_rate(K, y)
+
+
 class KernelSignGradientCV(PathCVRegressor):
     _method = "sign"
 
-    def __init__(self, sigmas: int | ArrayLike = 30, *, kernel: str | Kernel = "rbf",
+    def __init__(self, sigmas: int | ArrayLike | None = None, *, kernel: str | Kernel = "rbf",
                  cv: int | Iterable[ArrayLike] = 10,
                  learning_rate: float | Literal["auto"] = "auto", max_iter: int = 10000,
                  n_iter_no_change: int = 100, validation_loss: str = "huber",
@@ -123,6 +170,12 @@ class KernelSignGradientCV(PathCVRegressor):
                          validation_loss=validation_loss, fit_intercept=fit_intercept,
                          random_state=random_state, options=options, verbose=verbose,
                          distributed=distributed)
+
+    def _rule(self, y: torch.Tensor) -> PathRule:
+        return _TypicalStepSignRule()
+
+    def _refit_rule(self, rule: PathRule) -> PathRule:
+        return as_rule("sign")  # the same update; the compiled single path runs it
 
     def _location(self, y: torch.Tensor) -> torch.Tensor:
         return torch.quantile(y, 0.5)  # robust: an outlier must not shift every prediction
@@ -154,7 +207,8 @@ KernelGradientDescentCV.__doc__ = _DOC.format(
     rule="alpha <- alpha + eta (y - K alpha)",
     intercept="Centre y by its mean and add it back when predicting.",
     extra_attr="", name="KernelGradientDescentCV", example_extra="", vl_default="squared",
-    example_out="(0.5, 1.0)",
+    example_out="(0.5, 1.0)", sigmas_default="30", sigmas_extra="",
+    auto_step="that of the single-path estimator, from s_max(K)",
 )
 KernelSignGradientCV.__doc__ = _DOC.format(
     summary="Robust kernel sign gradient descent (KSGD) with bandwidth and stopping time by "
@@ -162,7 +216,14 @@ KernelSignGradientCV.__doc__ = _DOC.format(
     rule="alpha <- alpha + eta sign(y - K alpha) (sign(0) = 0)",
     intercept="Centre y by its median (robust) and add it back when predicting.",
     extra_attr="", name="KernelSignGradientCV", example_extra="", vl_default="huber",
-    example_out="(0.5, 1.0)",
+    example_out="(0.5, 1.0)", sigmas_default="None",
+    sigmas_extra=(
+        "\n        The default searches the same bandwidths as ``KernelRidgeCV()``: on the wider "
+        "grid of\n        30 values the widest bandwidths (K nearly constant) creep down to "
+        "``max_iter``\n        without being chosen."),
+    auto_step=("0.01 rms(y) sqrt(n) / ||K||_F, a typical step moving the fit by 1 % of "
+               "||y||,\n        see :func:`typical_sign_learning_rate`; it ends by its "
+               "monitor, not by ``max_iter``"),
 )
 KernelCoordinateDescentCV.__doc__ = _DOC.format(
     summary="Sparse kernel coordinate descent (KCD) with bandwidth and stopping time by path CV.",
@@ -172,5 +233,6 @@ KernelCoordinateDescentCV.__doc__ = _DOC.format(
                "points with a non-zero coefficient.",
     name="KernelCoordinateDescentCV", example_extra=", len(model.support_) < 60",
     vl_default="huber",
-    example_out="(0.5, 1.0, True)",
+    example_out="(0.5, 1.0, True)", sigmas_default="30", sigmas_extra="",
+    auto_step="that of the single-path estimator, 0.01 max|y| / max K_ii",
 )

@@ -427,7 +427,7 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
              validation_fraction: float = 0.1, n_iter_no_change: int = 100, tol: float = 0.0,
              random_state=None, options: Options | None = None, verbose: int = 0,
              sample_weight: torch.Tensor | None = None, validation_loss: str = "squared",
-             **path_kwargs) -> PathFit:
+             holdout_rows: torch.Tensor | None = None, **path_kwargs) -> PathFit:
     """Fit a path estimator: step size, optional validation run, refit on all rows.
 
     1. K = K(X, X) (dense when it fits the memory budget, else a matrix-free operator).
@@ -455,6 +455,9 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
         the row.
     validation_loss : {"squared", "absolute"}, default="squared"
         Loss monitored on the validation rows.
+    holdout_rows : tensor of shape (n, d'), optional
+        Rows whose content decides the validation split (default X); a precomputed kernel
+        matrix passes its own rows, so equal inputs still fall on the same side.
     **path_kwargs
         Extra arguments of the path (``momentum``, ``nesterov``, ``method``).
 
@@ -530,7 +533,8 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     if not early_stopping:
         res = run(K, y, sw, max_iter=max_iter, tol=tol, **kw, **refit_kw)
         return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta)
-    w_tr, w_va = validation_weights(X, y, sw, validation_fraction, random_state)
+    w_tr, w_va = validation_weights(X if holdout_rows is None else holdout_rows, y, sw,
+                                    validation_fraction, random_state)
     tr_t = torch.nonzero(w_tr > 0).reshape(-1)
     va_t = torch.nonzero(w_va > 0).reshape(-1)
     if dense:
