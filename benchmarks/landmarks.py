@@ -12,6 +12,12 @@ once. For every selector, ``k`` and trial we record
   (ridge on the features ``K_nS K_SS^{-1/2}``, ridge chosen once per data set by exact KRR on
   a validation split), relative to exact KRR.
 
+Trial ``t`` at ``k`` seeds the selector with ``1000 t + k`` (``--trials``, default 10; the
+deterministic ``pivoted_cholesky`` and ``greedy`` run once). Tables give the mean over the
+trials (the RMSE table also the sample standard deviation); the figures (``--plots``) draw
+one colour and marker per selector, the mean as a line and a band from the lowest to the
+highest trial.
+
 Baseline: uniform sampling. Ratios are measured in the same run. Run
 ``python benchmarks/landmarks.py`` (full) or ``--quick`` (smoke run).
 """
@@ -197,8 +203,11 @@ def merge(args):
 
 
 def _agg(rows, sname, k, key):
+    """Mean and sample standard deviation (0 for one trial) over the trials."""
     v = [r[key] for r in rows if r["selector"] == sname and r["k"] == k]
-    return (float(np.mean(v)), float(np.std(v))) if v else (math.nan, math.nan)
+    if not v:
+        return math.nan, math.nan
+    return float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else 0.0
 
 
 def _print_tables(dname, res, names, ks):
@@ -252,15 +261,17 @@ def _plots(results, names, ks, folder):
                      marker=markers[SELECTOR_ORDER.index(s) % len(markers)])
              for s in names}
     trials = max((r["trial"] for res in results.values() for r in res["rows"]), default=0) + 1
+    spread = (f"mean of {trials} seeded trials, band: lowest to highest trial"
+              if trials > 1 else "one trial")
     figures = [
         ("af_fro", "factor", "af_frobenius",
          "Nyström Frobenius approximation factor ||K - K_S||²_F / (best rank-k error) "
-         f"(mean of {trials} trials; 1 is the best possible, lower is better)"),
+         f"({spread}; 1 is the best possible, lower is better)"),
         ("rmse", "test RMSE (target units)", "krr_rmse",
-         f"Test RMSE of Nyström KRR on the selected landmarks (mean of {trials} trials; "
+         f"Test RMSE of Nyström KRR on the selected landmarks ({spread}; "
          "dashed: exact KRR on all rows)"),
         ("time", "seconds", "time",
-         f"Landmark selection time, one thread (mean of {trials} trials; shared machine)"),
+         f"Landmark selection time, one thread ({spread}; shared machine)"),
     ]
     for key, ylabel, fname, title in figures:
         fig, axes = plt.subplots(1, len(results), figsize=(4.0 * len(results) + 1.4, 3.8))
@@ -268,6 +279,9 @@ def _plots(results, names, ks, folder):
             for s in names:
                 m = [_agg(res["rows"], s, k, key)[0] for k in ks]
                 ax.plot(ks, m, label=s, lw=2.4 if s == "continuous" else 1.2, ms=5, **style[s])
+                lo, hi = _trial_range(res["rows"], s, ks, key)
+                if np.any(hi > lo):  # deterministic selectors run once: no band
+                    ax.fill_between(ks, lo, hi, color=style[s]["color"], alpha=0.15, lw=0)
             if key == "rmse":
                 ax.axhline(res["exact_rmse"], color="k", ls="--", lw=1, label="exact KRR")
             ax.set_xscale("log")
@@ -286,6 +300,16 @@ def _plots(results, names, ks, folder):
         fig.tight_layout(rect=(0, 0, 1 - 1.3 / fig.get_figwidth(), 1))
         fig.savefig(folder / f"landmarks_{fname}.png", dpi=110)
         plt.close(fig)
+
+
+def _trial_range(rows, sname, ks, key):
+    """Lowest and highest value over the trials at each k (NaN where a k has no rows)."""
+    lo, hi = [], []
+    for k in ks:
+        v = [r[key] for r in rows if r["selector"] == sname and r["k"] == k]
+        lo.append(min(v) if v else math.nan)
+        hi.append(max(v) if v else math.nan)
+    return np.array(lo), np.array(hi)
 
 
 def _plain_log_labels(ax, ticker):
@@ -307,7 +331,7 @@ def markdown(results, names, ks):
         ("af_fro", "Frobenius approximation factor ‖K − K_S‖²_F / Σ_{i>k} λ_i² "
                    "(mean of the trials; lower is better, ≥ 1)", True, 3),
         ("af_trace", "Trace-norm approximation factor tr(K − K_S) / Σ_{i>k} λ_i", True, 3),
-        ("rmse", "Nyström KRR test RMSE at equal k", False, 4),
+        ("rmse", "Nyström KRR test RMSE at equal k (mean ± sd of the trials)", False, 4),
         ("time", "Selection time [s] (mean; one thread, shared machine)", False, 2),
     ]
     for key, title, ratios, digits in blocks:
@@ -324,6 +348,9 @@ def markdown(results, names, ks):
                 for j, v in enumerate(means[s]):
                     c = "-" if math.isnan(v) else _fmt(v, digits)
                     cells.append(f"**{c}**" if key != "time" and v == best[j] else c)
+                    sd = _agg(rows, s, ks[j], key)[1]
+                    if key == "rmse" and sd > 0:  # is a gap between selectors above the noise?
+                        cells[-1] += f" ± {_fmt(sd, 2)}"
                 out.append(f"| {s} | " + " | ".join(cells) + " |")
             if key == "rmse":
                 out.append("| exact KRR | " + " | ".join(_fmt(res["exact_rmse"], digits)
