@@ -43,14 +43,14 @@ class KernelGradientFlow(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     momentum : float, default=0.0
         Momentum factor gamma in [0, 1).
     kernel, sigma, gamma, degree, coef0, fit_intercept, options
-        As in :class:`KernelRidge`.
+        As in :class:`KernelRidge`, ``kernel="precomputed"`` included.
 
     Attributes
     ----------
     dual_coef_ : tensor of shape (n_samples,) or (n_samples, n_targets)
     intercept_ : tensor
     X_fit_ : tensor of shape (n_samples, n_features)
-    kernel_ : Kernel
+    kernel_ : Kernel or "precomputed"
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
 

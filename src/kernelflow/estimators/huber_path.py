@@ -75,6 +75,8 @@ class KernelHuberGradientDescent(PathRegressor):
         Loss monitored on the validation rows.
     random_state : int, RandomState instance or None, default=None
     kernel : str or Kernel, default="rbf"
+        A kernel name or object, or "precomputed": ``fit`` then takes the (n, n) training
+        kernel matrix and ``predict`` the (n_test, n_train) kernel matrix.
     sigma, gamma, degree, coef0
         Kernel parameters (see :func:`kernelflow.kernels.make_kernel`).
     fit_intercept : bool, default=True
@@ -89,7 +91,7 @@ class KernelHuberGradientDescent(PathRegressor):
     epsilon_ : float
         Huber threshold of the last step of the refit.
     X_fit_ : tensor of shape (n_samples, n_features)
-    kernel_ : Kernel
+    kernel_ : Kernel or "precomputed"
     n_iter_ : int
     learning_rate_ : float
     t_ : float
@@ -159,6 +161,9 @@ class KernelHuberGradientDescentCV(PathCVRegressor):
     sigmas : int or array-like of shape (n_sigmas,), default=30
         Bandwidth grid, or its size (log-spaced median * [1e-2, 1e2]).
     kernel : str or Kernel, default="rbf"
+        A kernel name or object, or "precomputed": ``fit`` then takes the (n, n) training
+        kernel matrix and ``predict`` the (n_test, n_train) kernel matrix;
+        only the stopping time is cross-validated (``sigma_`` is None).
     cv : int or list of array-like, default=10
     learning_rate : float or "auto", default="auto"
         Step; "auto" is 1 / s_max(K) per bandwidth.
@@ -191,7 +196,7 @@ class KernelHuberGradientDescentCV(PathCVRegressor):
     dual_coef_ : tensor of shape (n_samples,)
     intercept_ : tensor of shape ()
     X_fit_ : tensor of shape (n_samples, n_features)
-    kernel_ : Kernel
+    kernel_ : Kernel or "precomputed"
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
         Defined only when X has feature names that are all strings.

@@ -50,6 +50,8 @@ class KernelSignGradient(PathRegressor):
     random_state : int, RandomState instance or None, default=None
         Seed of the validation split.
     kernel : str or Kernel, default="rbf"
+        A kernel name or object, or "precomputed": ``fit`` then takes the (n, n) training
+        kernel matrix and ``predict`` the (n_test, n_train) kernel matrix.
     sigma, gamma, degree, coef0
         Kernel parameters (see :func:`kernelflow.kernels.make_kernel`).
     fit_intercept : bool, default=True
@@ -62,7 +64,7 @@ class KernelSignGradient(PathRegressor):
     dual_coef_ : tensor of shape (n_samples,) or (n_samples, n_targets)
     intercept_ : tensor of shape () or (n_targets,)
     X_fit_ : tensor of shape (n_samples, n_features)
-    kernel_ : Kernel
+    kernel_ : Kernel or "precomputed"
     n_iter_ : int
     learning_rate_ : float
     t_ : float
