@@ -322,3 +322,95 @@ def test_hyperparameter_search_counts_its_evaluations(no_tty, every_step, capsys
     assert lines and all("/14 eval" in ln and "at most" in ln for ln in lines[:-1])
     assert lines[-1].startswith("hyperparameters (loo): done")
     assert quiet.alpha == loud.alpha and quiet.kernel.sigma == loud.kernel.sigma
+
+
+# --- Nyström solvers: the Gram pass, its check pass and CG --------------------------------------
+@pytest.fixture
+def eager_tqdm(monkeypatch):
+    """tqdm redraws at every update (by default it waits 0.1 s between two drawings)."""
+    make = _progress._tqdm_class
+
+    def eager(auto):
+        class Eager(make(auto)):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, mininterval=0, miniters=1, **kwargs)
+        return Eager
+
+    monkeypatch.setattr(_progress, "_tqdm_class", eager)
+
+
+def _cube(n=1000, d=3, seed=0):
+    rng = np.random.RandomState(seed)
+    X = rng.uniform(-3, 3, size=(n, d))
+    return X, np.sin(X.sum(1)) + 0.1 * rng.randn(n)
+
+
+def _drawings(err: str, desc: str) -> list[str]:
+    return [s for s in _segments(err) if s.startswith(desc)]
+
+
+@pytest.mark.parametrize("check_pass", [False, True])
+def test_nystrom_direct_fit_shows_its_passes_in_a_notebook(notebook, eager_tqdm, capsys,
+                                                           monkeypatch, check_pass):
+    pytest.importorskip("tqdm")
+    from kernelflow.estimators import NystromKernelRidge
+    from kernelflow.solvers import nystrom
+
+    if check_pass:  # the residual recomputed from the rows: a second pass over the data
+        monkeypatch.setattr(nystrom, "_CHECK_MIN", -1.0)
+    X, y = _cube(600)
+    kw = dict(n_components=40, sigma=1.0, alpha=1e-3, solver="direct", block_size=100,
+              random_state=0)
+    quiet = NystromKernelRidge(**kw).fit(X, y)
+    assert capsys.readouterr().err == ""
+    loud = NystromKernelRidge(**kw, verbose=1).fit(X, y)
+    err = capsys.readouterr().err
+    passes = ["Nystrom Gram"] + (["Nystrom residual check"] if check_pass else [])
+    for desc in passes:
+        drawn = _drawings(err, desc)
+        assert any("600/600" in s for s in drawn)  # every row counted, in blocks of 100
+        assert any(re.search(r"\d+/600 \[\d\d:\d\d<\d\d:\d\d,", s) for s in drawn)
+        # one estimate of the time left (tqdm's, after "<"), nothing beside it
+        assert all(s.count("<") == 1 and "left" not in s and "eta" not in s for s in drawn)
+    assert ("Nystrom residual check" in err) is check_pass
+    assert "Nystrom CG" not in err
+    np.testing.assert_array_equal(quiet.dual_coef_, loud.dual_coef_)
+    np.testing.assert_array_equal(quiet.predict(X), loud.predict(X))
+
+
+def test_nystrom_cg_fit_shows_one_estimate_revised_from_the_bound(notebook, eager_tqdm, capsys):
+    pytest.importorskip("tqdm")
+    from kernelflow.estimators import NystromKernelRidge
+
+    X, y = _cube()
+    kw = dict(n_components=200, sigma=1.0, alpha=1e-3, solver="cg", max_iter=300,
+              random_state=0)
+    quiet = NystromKernelRidge(**kw).fit(X, y)
+    assert capsys.readouterr().err == ""
+    loud = NystromKernelRidge(**kw, verbose=1).fit(X, y)
+    drawn = _drawings(capsys.readouterr().err, "Nystrom CG")
+    assert drawn and quiet.n_iter_ < 300  # stopped by its tolerance
+    # one estimate per drawing: "at most ... left" while max_iter is the total, then tqdm's
+    assert all(s.count("<") + s.count("at most") == 1 and "eta" not in s for s in drawn)
+    assert "/300 " in drawn[0] and "at most" in drawn[0]
+    totals = [int(re.search(r"\d+/(\d+) ", s).group(1)) for s in drawn]
+    assert min(totals) < 300  # the bound replaced by the passes expected
+    assert all("residual=" in s for s in drawn if re.search(r" [1-9]\d*/", s))
+    np.testing.assert_array_equal(quiet.dual_coef_, loud.dual_coef_)
+    assert quiet.n_iter_ == loud.n_iter_
+
+
+def test_nystrom_cg_text_lines_carry_one_estimate(no_tty, every_step, capsys):
+    from kernelflow.estimators import NystromKernelRidge
+
+    X, y = _cube()
+    NystromKernelRidge(n_components=200, sigma=1.0, alpha=1e-3, solver="cg", max_iter=300,
+                       random_state=0, verbose=1).fit(X, y)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("Nystrom CG")]
+    passes = lines[:-1]
+    assert passes and lines[-1].startswith("Nystrom CG: done, ")
+    assert all(ln.count("left") == 1 and "eta" not in ln for ln in passes)
+    counts = [int(re.search(r": (\d+)/", ln).group(1)) for ln in passes]
+    assert counts == list(range(1, len(passes) + 1))
+    # the residual shown on a line is the one of the pass it counts
+    assert all("residual=" in ln for ln in passes)
