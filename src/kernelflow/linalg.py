@@ -126,12 +126,17 @@ def conjugate_gradient(
     tol: float | None = None,
     preconditioner: Callable[[torch.Tensor], torch.Tensor] | None = None,
     callback: Callable[[int, torch.Tensor, torch.Tensor], object] | None = None,
+    state: dict | None = None,
 ) -> SolveResult:
     """(Preconditioned) conjugate gradients for A X = B with A symmetric positive definite.
 
     Each column is an independent system and converges on its own (its step sizes are zeroed once
     ``||r_j|| <= tol * ||b_j||``). ``preconditioner(R)`` applies M^{-1} ~ A^{-1}. ``callback(k, X,
     R)`` is called after each iteration; returning ``True`` (or raising ``StopSolver``) stops.
+    ``state``, a dict, is kept up to date before each callback with the iteration ``k``, ``X``,
+    ``R``, the last direction ``P``, ``rz`` and the residual ``norms`` (references, not copies);
+    a ``state`` given holding these continues the run from them with the steps an uninterrupted
+    run would take (how a checkpoint resumes CG).
 
     Cost per iteration: one ``matvec`` plus O(n t).
 
@@ -150,16 +155,30 @@ def conjugate_gradient(
         tol = 1e-7 if B.dtype == torch.float32 else 1e-12
     if max_iter is None:
         max_iter = n
-    X = torch.zeros_like(B) if x0 is None else x0.reshape(n, t).clone()
-    R = B - matvec(X) if x0 is not None else B.clone()
     b_norm = torch.linalg.vector_norm(B, dim=0).clamp_min(torch.finfo(B.dtype).tiny)
-    Z = preconditioner(R) if preconditioner is not None else R
-    P = Z.clone()
-    rz = (R * Z).sum(0)
-    norms = [float((torch.linalg.vector_norm(R, dim=0) / b_norm).max())]
-    converged = norms[0] <= tol
-    k = 0
+    pending = False  # resumed: the direction update comes first
+    if state is not None and "X" in state:
+        pending = True
+        X, R, P, rz = (state[key].clone() for key in ("X", "R", "P", "rz"))
+        k, norms = int(state["k"]), list(state["norms"])
+        converged = False
+    else:
+        X = torch.zeros_like(B) if x0 is None else x0.reshape(n, t).clone()
+        R = B - matvec(X) if x0 is not None else B.clone()
+        Z = preconditioner(R) if preconditioner is not None else R
+        P = Z.clone()
+        rz = (R * Z).sum(0)
+        norms = [float((torch.linalg.vector_norm(R, dim=0) / b_norm).max())]
+        converged = norms[0] <= tol
+        k = 0
     while not converged and k < max_iter:
+        if pending:
+            Z = preconditioner(R) if preconditioner is not None else R
+            rz_new = (R * Z).sum(0)
+            beta = torch.where(rz > 0, rz_new / torch.where(rz > 0, rz, 1.0), 0.0)
+            P = Z + P * beta
+            rz = rz_new
+        pending = True
         AP = matvec(P)
         pap = (P * AP).sum(0)
         active = torch.linalg.vector_norm(R, dim=0) > tol * b_norm
@@ -172,6 +191,8 @@ def conjugate_gradient(
         if not math.isfinite(norms[-1]):
             raise DivergenceError("conjugate_gradient diverged (non-finite residual).")
         converged = bool((rel <= tol).all())
+        if state is not None:
+            state.update(k=k, X=X, R=R, P=P, rz=rz, norms=norms)
         if callback is not None:
             try:
                 if callback(k, X, R):
@@ -180,11 +201,6 @@ def conjugate_gradient(
                 break
         if converged:
             break
-        Z = preconditioner(R) if preconditioner is not None else R
-        rz_new = (R * Z).sum(0)
-        beta = torch.where(rz > 0, rz_new / torch.where(rz > 0, rz, 1.0), 0.0)
-        P = Z + P * beta
-        rz = rz_new
     x = X[:, 0] if squeeze else X
     return SolveResult(x=x, n_iter=k, residual_norms=norms, converged=converged)
 

@@ -20,7 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..collectives import all_reduce_sum, local_only
+from ..collectives import all_reduce_sum, is_distributed, local_only
 from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..features.random import supports_random_features
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
@@ -33,6 +33,7 @@ from ..solvers.doubly_stochastic import (
 from ..utils._atomic import AtomicFitMixin
 from ..utils._progress import progress
 from ..utils._validation import check_X
+from ..utils.checkpoint import CHECKPOINT_CONSTRAINTS, arrays_fingerprint, fit_checkpoint
 from ..utils.holdout import holdout_indices
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ DOUBLY_STOCHASTIC_CONSTRAINTS = {
     "warm_start": ["boolean"],
     "verbose": ["verbose"],
     "dtype": [StrOptions({"float32", "float64"})],
+    **CHECKPOINT_CONSTRAINTS,
 }
 
 #: ``distributed`` of the estimators with a data-parallel fit (regressor, classifier).
@@ -198,6 +200,7 @@ class DoublyStochasticMixin(AtomicFitMixin):
 
     def _distributed_fit(self, shard):
         """:func:`kernelflow.distributed.distributed_fit` on a shard: global mini-batches."""
+        self._refuse_parallel_checkpoint()
         from ..distributed.fit import fit_doubly_stochastic_shard
 
         return fit_doubly_stochastic_shard(self, shard)
@@ -206,7 +209,12 @@ class DoublyStochasticMixin(AtomicFitMixin):
         """``fit`` / ``partial_fit`` over the rows of all processes (rank order), collective."""
         from ..distributed.fit import fit_doubly_stochastic_arrays
 
+        self._refuse_parallel_checkpoint()
         return fit_doubly_stochastic_arrays(self, X, y, sw, partial=partial)
+
+    def _refuse_parallel_checkpoint(self):
+        if getattr(self, "checkpoint", None) is not None:
+            raise ValueError("checkpoint is not supported in a data-parallel fit.")
 
     def _fit(self, X, y, sw):
         """Epochs of shuffled mini-batches on this process's rows; X, y tensors (validated)."""
@@ -232,9 +240,16 @@ class DoublyStochasticMixin(AtomicFitMixin):
                                          sample_weight=sw)
             if len(train) == 0 or len(val) == 0:
                 raise ValueError("validation_fraction leaves no training or no validation rows.")
-        return self._epochs(model, X, Y, sw, train, val, rng)
+        ckpt = None
+        if getattr(self, "checkpoint", None) is not None and not is_distributed():
+            ckpt = fit_checkpoint(
+                self, "doubly_stochastic", arrays_fingerprint(X, Y, sw), seed=self.seed_,
+                kernel=self.kernel_, batch_size=self.batch_size_, decay=self.decay_,
+                start=model.training_state()["coef"] if resume else None)
+        return self._epochs(model, X, Y, sw, train, val, rng, checkpoint=ckpt)
 
-    def _epochs(self, model, X, Y, sw, train, val, rng, *, offset=0, verbose=None):
+    def _epochs(self, model, X, Y, sw, train, val, rng, *, offset=0, verbose=None,
+                checkpoint=None):
         """Epochs of the solver over the global rows ``train``; ``val`` the global validation
         rows (None: none); this process holds rows ``offset`` to ``offset + len(X)``."""
         self.validation_indices_ = val
@@ -258,12 +273,17 @@ class DoublyStochasticMixin(AtomicFitMixin):
                          train_loss, score)
 
         epochs = range(self.max_iter)
-        self.n_iter_, _, _ = run_epochs(
+        curve = list(self.loss_curve_)
+        self.n_iter_, losses, _ = run_epochs(
             model, X, Y, sw, train, batch_size=int(self.batch_size_), epochs=epochs, rng=rng,
             shuffle=self.shuffle, tol=self.tol, n_iter_no_change=self.n_iter_no_change,
-            validation_loss=validation_loss, offset=offset, on_epoch=log, bar=bar)
+            validation_loss=validation_loss, offset=offset, on_epoch=log, bar=bar,
+            checkpoint=checkpoint)
         bar.close()
+        self.loss_curve_ = curve + [float(v) for v in losses]  # epochs of a checkpoint too
         self._store_state()
+        if checkpoint is not None:
+            checkpoint.finish()
         return self
 
     def _partial_fit(self, X, y, sw):

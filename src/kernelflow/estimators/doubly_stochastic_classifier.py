@@ -62,7 +62,7 @@ class DoublyStochasticClassifier(DoublyStochasticMixin, ClassifierMixin, BaseEst
         As in :class:`DoublyStochasticRegressor`.
     learning_rate, eta0, decay, batch_size, block_size, max_iter, max_blocks, precondition, \
 average, fit_intercept, tol, early_stopping, validation_fraction, n_iter_no_change, shuffle, \
-random_state, warm_start, verbose, dtype, distributed :
+random_state, warm_start, verbose, dtype, distributed, checkpoint, checkpoint_interval :
         As in :class:`DoublyStochasticRegressor`; data-parallel, ``classes_`` is the union of
         the labels of all processes.
 
@@ -105,7 +105,8 @@ random_state, warm_start, verbose, dtype, distributed :
                  precondition="auto", average=False, fit_intercept=True, tol=1e-4,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=5, shuffle=True,
                  random_state=None, warm_start=False, verbose=0, dtype="float64",
-                 distributed="auto"):
+                 distributed="auto", checkpoint=None,
+                 checkpoint_interval=60.0):
         self.loss = loss
         self.alpha = alpha
         self.kernel = kernel
@@ -133,6 +134,8 @@ random_state, warm_start, verbose, dtype, distributed :
         self.verbose = verbose
         self.dtype = dtype
         self.distributed = distributed
+        self.checkpoint = checkpoint
+        self.checkpoint_interval = checkpoint_interval
 
     def _multiclass_softmax(self):
         return len(self.classes_) > 2 and self.loss == "log_loss"

@@ -35,7 +35,8 @@ class DoublyStochasticNoveltyDetector(DoublyStochasticMixin, OutlierMixin, BaseE
         ν in (0, 1]: regularisation and the target fraction of outliers.
     kernel, sigma, gamma, degree, coef0, learning_rate, eta0, decay, batch_size, block_size, \
 max_iter, max_blocks, precondition, average, tol, early_stopping, validation_fraction, \
-n_iter_no_change, shuffle, random_state, warm_start, verbose, dtype :
+n_iter_no_change, shuffle, random_state, warm_start, verbose, dtype, checkpoint, \
+checkpoint_interval :
         As in :class:`DoublyStochasticRegressor`, except ``eta0=0.3`` and ``decay=0.1``: the
         offset τ follows a sign-like gradient and needs decreasing steps to settle.
 
@@ -72,7 +73,8 @@ n_iter_no_change, shuffle, random_state, warm_start, verbose, dtype :
                  learning_rate="inverse_scaling", eta0=0.3, decay=0.1, batch_size="auto",
                  block_size=128, max_iter=20, max_blocks=None, precondition=None, average=False,
                  tol=1e-4, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
-                 shuffle=True, random_state=None, warm_start=False, verbose=0, dtype="float64"):
+                 shuffle=True, random_state=None, warm_start=False, verbose=0, dtype="float64",
+                 checkpoint=None, checkpoint_interval=60.0):
         self.nu = nu
         self.kernel = kernel
         self.sigma = sigma
@@ -97,6 +99,8 @@ n_iter_no_change, shuffle, random_state, warm_start, verbose, dtype :
         self.warm_start = warm_start
         self.verbose = verbose
         self.dtype = dtype
+        self.checkpoint = checkpoint
+        self.checkpoint_interval = checkpoint_interval
 
     def _loss_object(self):
         return NoveltyLoss()

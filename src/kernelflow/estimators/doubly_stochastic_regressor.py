@@ -104,6 +104,16 @@ default="squared_error"
         feature blocks and mini-batches of global rows, the batch gradients are all-reduced,
         and all processes end with the single-process model of the concatenated rows (see
         ``docs/distributed.md``). False or "off": each process fits its rows alone.
+    checkpoint : str or path-like, default=None
+        File where the training state (coefficients, step counter, the shuffling generator's
+        state, losses, monitor) is written after an epoch, every ``checkpoint_interval``
+        seconds; random features regenerate from the seed. A ``fit`` given a path holding a
+        checkpoint of the same problem (data, parameters, seed) continues from it and ends with
+        the model of an uninterrupted fit; one of another problem is refused with a ValueError
+        naming what differs. A completed fit deletes the file. Needs a fixed ``random_state``;
+        not with a data-parallel fit; ``partial_fit`` ignores it. See ``docs/reliability.md``.
+    checkpoint_interval : float, default=60
+        Least number of seconds between two checkpoint writes (0: after every epoch).
 
     Attributes
     ----------
@@ -165,7 +175,8 @@ default="squared_error"
                  max_blocks=None, precondition="auto", average=False, fit_intercept=True, tol=1e-4,
                  early_stopping=False, validation_fraction=0.1, n_iter_no_change=5, shuffle=True,
                  random_state=None, warm_start=False, verbose=0, dtype="float64",
-                 distributed="auto"):
+                 distributed="auto", checkpoint=None,
+                 checkpoint_interval=60.0):
         self.loss = loss
         self.alpha = alpha
         self.kernel = kernel
@@ -195,6 +206,8 @@ default="squared_error"
         self.verbose = verbose
         self.dtype = dtype
         self.distributed = distributed
+        self.checkpoint = checkpoint
+        self.checkpoint_interval = checkpoint_interval
 
     def _loss_object(self):
         return get_loss(self.loss, epsilon=self.epsilon, quantile=self.quantile)

@@ -26,6 +26,7 @@ from ..solvers.variance import nystrom_posterior
 from ..sources import ArraySource, DataSource, SubsetSource, as_source
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, check_X_y, to_output
+from ..utils.checkpoint import CHECKPOINT_CONSTRAINTS, data_fingerprint, fit_checkpoint
 from ..utils.holdout import holdout_indices, holdout_stream_mask
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin, fit_random_state
 from ._hyperparameters import (
@@ -57,6 +58,7 @@ NYSTROM_CONSTRAINTS = {
     "random_state": ["random_state"],
     "verbose": ["verbose"],
     "distributed": DISTRIBUTED_CONSTRAINT,
+    **CHECKPOINT_CONSTRAINTS,
     **KERNEL_CONSTRAINTS,
 }
 
@@ -377,6 +379,16 @@ class NystromKernelRidge(_NystromBase):
         Bounds of the learned bandwidths, relative to the median-heuristic bandwidth.
     alpha_bounds : (float, float), default=(1e-6, 1e3)
         Bounds of the learned penalty (noise variance relative to the signal variance).
+    checkpoint : str or path-like, default=None
+        File where the conjugate-gradient state is written every ``checkpoint_interval``
+        seconds (atomically, in the safe model-file layout). A fit given a path that holds a
+        checkpoint of the same problem (data, parameters, centres) continues from it and ends
+        with the model of an uninterrupted fit; one of another problem is refused with a
+        ValueError naming what differs. A completed fit deletes the file. The direct solve
+        (one pass) is not checkpointed. Needs a fixed ``random_state`` (else the centres
+        differ); not with a data-parallel fit. See ``docs/reliability.md``.
+    checkpoint_interval : float, default=60
+        Least number of seconds between two checkpoint writes (0: after every pass).
 
     Attributes
     ----------
@@ -456,7 +468,8 @@ class NystromKernelRidge(_NystromBase):
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
                  options=None, distributed="auto", learn_hyperparameters=None,
                  solver="auto", compute_variance=False, n_restarts_optimizer=0,
-                 sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3)):
+                 sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3), checkpoint=None,
+                 checkpoint_interval=60.0):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -484,6 +497,8 @@ class NystromKernelRidge(_NystromBase):
         self.n_restarts_optimizer = n_restarts_optimizer
         self.sigma_bounds = sigma_bounds
         self.alpha_bounds = alpha_bounds
+        self.checkpoint = checkpoint
+        self.checkpoint_interval = checkpoint_interval
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, sample_weight=None):
@@ -525,11 +540,17 @@ class NystromKernelRidge(_NystromBase):
         else:
             set_unit_signal_variance(self, alpha)
         train, val = _split(self, source, rng)
+        ckpt = None
+        if self.checkpoint is not None:
+            if is_distributed():
+                raise ValueError("checkpoint is not supported in a data-parallel fit.")
+            ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(source), centers=C,
+                                  kernel=kernel, alpha=alpha, coef0=coef0)
         sol = nystrom_krr(
             train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
             max_iter=self.max_iter, tol=self.tol, validation=val, solver=self.solver,
             n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
-            block_size=self.block_size, verbose=self.verbose,
+            block_size=self.block_size, verbose=self.verbose, checkpoint=ckpt,
         )
         if not sol.converged and not sol.stopped_early:
             tol = sol.tolerance
@@ -559,6 +580,8 @@ class NystromKernelRidge(_NystromBase):
             block_size=self.block_size,
             method="fitc" if self.compute_variance == "fitc" else "dtc",
         ) if self.compute_variance else None
+        if ckpt is not None:
+            ckpt.finish()
         return self
 
     def predict(self, X, return_std=False, return_cov=False, observation_noise=None):

@@ -12,8 +12,10 @@ from sklearn.base import _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 
+from ..collectives import is_distributed
 from ..distributed.auto import fit_scope
 from ..solvers.nystrom_robust import LOSSES, nystrom_robust
+from ..utils.checkpoint import data_fingerprint, fit_checkpoint
 from .nystrom_ridge import (
     NYSTROM_CONSTRAINTS,
     _NystromBase,
@@ -89,6 +91,14 @@ class NystromRobustRegressor(_NystromBase):
         Data-parallel ``fit`` inside a process group of several processes, each passing its own
         rows (see ``NystromKernelRidge``); the gradient, loss and residual histogram of every
         step and the validation loss are all-reduced.
+    checkpoint : str or path-like, default=None
+        File where the descent state (iterate, intercept, step size, objective history,
+        validation monitor) is written every ``checkpoint_interval`` seconds; a fit given a
+        path holding a checkpoint of the same problem continues from it and ends with the
+        model of an uninterrupted fit, one of another problem is refused with a ValueError. A
+        completed fit deletes the file. See ``NystromKernelRidge`` and ``docs/reliability.md``.
+    checkpoint_interval : float, default=60
+        Least number of seconds between two checkpoint writes (0: after every iteration).
 
     Attributes
     ----------
@@ -157,7 +167,9 @@ class NystromRobustRegressor(_NystromBase):
                  dtype: Literal["float32", "float64"] | None = None, block_size: int | None = None,
                  random_state: int | np.random.RandomState | None = None, verbose: int = 0,
                  options: Options | None = None,
-                 distributed: bool | Literal["auto", "on", "off"] = "auto") -> None:
+                 distributed: bool | Literal["auto", "on", "off"] = "auto",
+                 checkpoint: str | os.PathLike[str] | None = None,
+                 checkpoint_interval: float = 60.0) -> None:
         self.n_components = n_components
         self.landmarks = landmarks
         self.loss = loss
@@ -183,6 +195,8 @@ class NystromRobustRegressor(_NystromBase):
         self.verbose = verbose
         self.options = options
         self.distributed = distributed
+        self.checkpoint = checkpoint
+        self.checkpoint_interval = checkpoint_interval
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike | DataSource | str | os.PathLike[str], y: ArrayLike | None = None,
@@ -210,13 +224,19 @@ class NystromRobustRegressor(_NystromBase):
             coef0 = prev[2].reshape(-1, t).to(torch.float64)
             intercept0 = prev[3].reshape(t).to(torch.float64)
         train, val = _split(self, source, rng)
+        ckpt = None
+        if self.checkpoint is not None:
+            if is_distributed():
+                raise ValueError("checkpoint is not supported in a data-parallel fit.")
+            ckpt = fit_checkpoint(self, "nystrom_robust", data_fingerprint(source), centers=C,
+                                  kernel=kernel, coef0=coef0, intercept0=intercept0)
         sol = nystrom_robust(
             train, kernel, C, loss=self.loss, alpha=float(self.alpha), epsilon=self.epsilon,
             learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol,
             preconditioned=self.preconditioned, fit_intercept=self.fit_intercept, coef0=coef0,
             intercept0=intercept0, validation=val, n_iter_no_change=self.n_iter_no_change,
             dtype=dtype, options=_resolved_options(self, C.device), block_size=self.block_size,
-            verbose=self.verbose,
+            verbose=self.verbose, checkpoint=ckpt,
         )
         if (self.learning_rate == "auto" and not sol.converged and not sol.stopped_early
                 and self.max_iter >= 10):
@@ -237,4 +257,6 @@ class NystromRobustRegressor(_NystromBase):
         self.learning_rate_ = float(sol.learning_rate)
         self.delta_ = sol.delta
         self.compute_dtype_ = "float32" if dtype == torch.float32 else "float64"
+        if ckpt is not None:
+            ckpt.finish()
         return self

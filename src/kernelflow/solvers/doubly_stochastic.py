@@ -34,6 +34,7 @@ import torch
 from ..collectives import all_reduce_sum
 from ..features.random import FeatureBlock, concat_blocks, sample_block
 from ..utils._finite import DivergenceError
+from ..utils.checkpoint import Checkpoint, monitor_state, restore_monitor
 from ..utils.monitor import EarlyStopping
 from .losses import Loss, SquaredLoss, get_loss
 
@@ -431,6 +432,41 @@ class DoublyStochasticModel:
             out["averaged_offset"] = float(self._avg_offset)
         return out
 
+    def training_state(self) -> dict:
+        """The exact training state (unscaled coefficients, lazy scale, counters) from which
+        :meth:`load_training_state` continues with the steps this model would take."""
+        nb = self.n_blocks
+        avg = self._avg_coef
+        return {"coef": self._coef[:nb].clone(), "capacity": int(self._coef.shape[0]),
+                "scale": float(self.scale), "t": int(self.t), "n_blocks": int(nb),
+                "intercept": self.intercept.clone(), "offset": float(self.offset),
+                "n_averaged": int(self.n_averaged),
+                "avg_coef": None if avg is None else avg[:nb].clone(),
+                "avg_intercept": None if avg is None else self._avg_intercept.clone(),
+                "avg_offset": float(self._avg_offset), "first_loss": self._first_loss}
+
+    def load_training_state(self, state: dict) -> DoublyStochasticModel:
+        """Put back a :meth:`training_state` (e.g. from a checkpoint)."""
+        nb = int(state["n_blocks"])
+        expected = (nb, self.block_size, self.n_outputs)
+        if tuple(state["coef"].shape) != expected:
+            raise ValueError(f"training state: coefficients of shape "
+                             f"{tuple(state['coef'].shape)}, expected {expected}.")
+        self._coef = self._zeros(max(int(state["capacity"]), nb))
+        self._coef[:nb] = state["coef"].to(self._coef)
+        self.scale, self.t, self.n_blocks = float(state["scale"]), int(state["t"]), nb
+        self.intercept = state["intercept"].to(dtype=self.dtype, device=self.device).clone()
+        self.offset = float(state["offset"])
+        self.n_averaged = int(state["n_averaged"])
+        self._avg_coef = self._avg_intercept = None
+        if state["avg_coef"] is not None:
+            self._avg_coef = self._zeros(self._coef.shape[0])
+            self._avg_coef[:nb] = state["avg_coef"].to(self._coef)
+            self._avg_intercept = state["avg_intercept"].to(self._coef).clone()
+        self._avg_offset = float(state["avg_offset"])
+        self._first_loss = state["first_loss"]
+        return self
+
     def load_state(self, state: dict) -> DoublyStochasticModel:
         """Resume from :meth:`state` (e.g. for ``partial_fit`` or ``warm_start``)."""
         nb = int(state["n_blocks"])
@@ -546,7 +582,7 @@ def batch_pass(model: DoublyStochasticModel, X, Y, sample_weight, order, batch_s
 def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batch_size: int,
                epochs, rng: np.random.RandomState, shuffle: bool = True, tol=None,
                n_iter_no_change: int = 5, validation_loss=None, offset: int = 0,
-               on_epoch=None, bar=None):
+               on_epoch=None, bar=None, checkpoint: Checkpoint | None = None):
     """Epochs of (shuffled) mini-batches over the rows ``train`` (global positions, numpy).
 
     ``epochs`` is an iterable of epoch numbers (for example a progress bar over
@@ -555,7 +591,12 @@ def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batc
     :class:`~kernelflow.utils.monitor.EarlyStopping` stops after ``n_iter_no_change`` epochs
     without an improvement by ``tol``. ``on_epoch(training_loss, monitored_loss)`` sees every
     epoch. ``bar`` (a progress bar, :func:`kernelflow.utils.progress.progress`) advances by
-    the rows of every batch. Returns ``(n_epochs, training_losses, monitor)``.
+    the rows of every batch. ``checkpoint`` (a :class:`~kernelflow.utils.checkpoint.Checkpoint`)
+    receives the model's training state, the generator's state, the losses and the monitor
+    after an epoch, every ``checkpoint.interval`` seconds; given one holding such a state the
+    run skips the epochs it recorded (``on_epoch`` does not see them) and continues with the
+    steps the interrupted run would have taken. Returns ``(n_epochs, training_losses,
+    monitor)``, the recorded epochs included.
 
     Examples
     --------
@@ -571,7 +612,17 @@ def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batc
     stop = None if tol is None else EarlyStopping(n_iter_no_change=n_iter_no_change,
                                                   tol=float(tol))
     losses: list[float] = []
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is not None:
+        model.load_training_state(saved["model"])
+        rng.set_state(saved["rng"])
+        losses = [float(v) for v in saved["losses"]]
+        restore_monitor(stop, saved["monitor"])
+    skip = len(losses)
     for epoch in epochs:
+        if skip:
+            skip -= 1
+            continue
         order = train[rng.permutation(len(train))] if shuffle else train
         loss = float(batch_pass(model, X, Y, sample_weight, order, batch_size, offset=offset,
                                 bar=bar))
@@ -581,4 +632,8 @@ def run_epochs(model: DoublyStochasticModel, X, Y, sample_weight, train, *, batc
             on_epoch(loss, score)
         if stop is not None and stop.update(epoch, score):
             break
+        if checkpoint is not None:
+            checkpoint.maybe_save(lambda: {
+                "model": model.training_state(), "rng": rng.get_state(legacy=False),
+                "losses": losses, "monitor": monitor_state(stop)})
     return len(losses), losses, stop

@@ -48,6 +48,7 @@ from ..operators import DenseOperator, KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress, steps_to_reach
+from ..utils.checkpoint import Checkpoint, monitor_state, restore_monitor
 from ..utils.monitor import EarlyStopping
 
 __all__ = [
@@ -799,6 +800,7 @@ def nystrom_krr(
     store_kernel: bool | None = None,
     callback=None,
     verbose: int = 0,
+    checkpoint: Checkpoint | None = None,
 ) -> NystromSolution:
     """Solve the Nyström normal equations (1) by (preconditioned) conjugate gradients or directly.
 
@@ -846,6 +848,11 @@ def nystrom_krr(
         it when it takes at most half of the memory budget; False always streams.
     callback : callable, optional
         ``callback(k, coef)`` after each iteration; returning True stops.
+    checkpoint : Checkpoint, optional
+        CG state (iterate, residual, direction, scalars, stopping counters and validation
+        monitor) written every ``checkpoint.interval`` seconds; a run given a checkpoint holding
+        such a state continues from it and takes the steps the interrupted run would have taken.
+        The direct solve (one pass) is not checkpointed.
     verbose : int, default=0
         > 0: progress bars over the passes that take long, each with one estimate of the time
         left: the rows of the direct solve's Gram pass (and of its residual check, of storing
@@ -1015,6 +1022,10 @@ def nystrom_krr(
              "res_min": [], "change_min": [], "revised": False,
              "R_prev": rhs if x0 is None else rhs - matvec(x0)}
     monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
+    cg_state: dict = {}
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is not None:
+        _restore_cg(saved, cg_state, state, monitor)
 
     def score(k, coef):
         mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset, dtype=dtype,
@@ -1024,7 +1035,7 @@ def nystrom_krr(
             state["best_coef"] = coef.clone()
         return stop
 
-    if validation is not None:
+    if validation is not None and saved is None:
         score(0, torch.zeros(M, t, dtype=_F64) if coef0 is None else coef0.to(_F64).reshape(M, t))
 
     bar = progress(total=max_iter, desc="Nystrom CG", verbose=verbose, unit="pass",
@@ -1073,10 +1084,13 @@ def nystrom_krr(
             if callback is not None and callback(k, coef):
                 state["reason"] = "callback"
                 stop = True
+        if checkpoint is not None and not stop and res > tol:  # a finished run never resumes
+            checkpoint.maybe_save(lambda: _cg_checkpoint(cg_state, state, monitor))
         return stop
 
     with bar:
-        res = conjugate_gradient(matvec, rhs, x0=x0, max_iter=max_iter, tol=tol, callback=cb)
+        res = conjugate_gradient(matvec, rhs, x0=x0, max_iter=max_iter, tol=tol, callback=cb,
+                                 state=cg_state)
     reason = "residual" if res.converged else state["reason"]
     converged = res.converged or reason == "change"
     if auto and dtype != _F64 and validation is None and callback is None and not converged:
@@ -1115,3 +1129,20 @@ def _passes_left(res_min: list, change_min: list, tol: float, cap: int) -> int:
     by_res = steps_to_reach(res_min, tol, cap=cap, window=_RATE_WINDOW)
     by_change = steps_to_reach(change_min, tol, cap=cap, window=_RATE_WINDOW) + 1
     return min(cap, by_res, by_change)
+
+
+_CG_RUN_KEYS = ("best_coef", "early", "prev", "small", "reason", "res", "R_prev")
+
+
+def _cg_checkpoint(cg_state: dict, state: dict, monitor: EarlyStopping) -> dict:
+    """What a resumed CG run needs: the CG vectors and scalars, the stopping counters."""
+    return {"cg": dict(cg_state), "run": {k: state[k] for k in _CG_RUN_KEYS},
+            "steps": list(state["steps"]), "monitor": monitor_state(monitor)}
+
+
+def _restore_cg(saved: dict, cg_state: dict, state: dict, monitor: EarlyStopping) -> None:
+    cg_state.update(saved["cg"])
+    state.update({k: saved["run"][k] for k in _CG_RUN_KEYS})
+    state["steps"].extend(saved["steps"])
+    restore_monitor(monitor, saved["monitor"])
+    logger.info("Nystrom CG: resuming from a checkpoint at pass %d", cg_state["k"])

@@ -55,6 +55,7 @@ from ..operators import KernelOperator, Options
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress, steps_to_reach
+from ..utils.checkpoint import Checkpoint, monitor_state, restore_monitor
 from ..utils.monitor import EarlyStopping
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .nystrom import (
@@ -257,6 +258,7 @@ def nystrom_robust(
     store_kernel: bool | None = None,
     callback=None,
     verbose: int = 0,
+    checkpoint: Checkpoint | None = None,
 ) -> RobustSolution:
     """Minimise the Nyström objective (1) by streamed (sign-)gradient descent.
 
@@ -300,6 +302,11 @@ def nystrom_robust(
         memory budget, False always streams.
     callback : callable, optional
         ``callback(k, coef, intercept)`` after each iteration; returning True stops.
+    checkpoint : Checkpoint, optional
+        The iterate, intercept, step size, Huber threshold, objective history and validation
+        monitor, written every ``checkpoint.interval`` seconds after an iteration; a run given a
+        checkpoint holding such a state continues from it and takes the steps the interrupted
+        run would have taken (after its two setup passes, which are repeated).
     verbose : int, default=0
         > 0 shows progress over passes (:func:`kernelflow.utils.progress.progress`): at most
         ``max_iter``; with the adaptive step, the passes expected until the decrease falls
@@ -362,6 +369,7 @@ def nystrom_robust(
     else:
         b = torch.zeros(t, dtype=_F64)
     b0 = b.clone()
+    saved = checkpoint.load() if checkpoint is not None else None
 
     def evaluate(theta, b, delta_):
         p = nystrom_loss_pass(source, kernel, C, coords.apply(theta), b, loss, delta=delta_,
@@ -397,6 +405,17 @@ def nystrom_robust(
     converged = early = False
     k = 0
     rels: list[float] = []  # mean decreases per step, for the bar's one estimate of steps left
+    if saved is not None:
+        theta, b, obj, g, gb = (saved[key] for key in ("theta", "b", "obj", "g", "gb"))
+        eta, delta_, k = saved["eta"], saved["delta"], saved["k"]
+        objective, vals, rels = saved["objective"], saved["vals"], saved["rels"]
+        best.update(saved["best"])
+        restore_monitor(monitor, saved["monitor"])
+
+    def snapshot():
+        return {"theta": theta, "b": b, "obj": obj, "g": g, "gb": gb, "eta": eta,
+                "delta": delta_, "k": k, "objective": objective, "vals": vals, "rels": rels,
+                "best": best, "monitor": monitor_state(monitor)}
     with progress(total=max_iter, desc=f"Nystrom {loss}", verbose=verbose,
                   upper_bound=True) as bar:
         while k < max_iter:
@@ -436,6 +455,8 @@ def nystrom_robust(
             if auto and (0 <= rel < tol or eta < tol * scale):
                 converged = True
                 break
+            if checkpoint is not None:
+                checkpoint.maybe_save(snapshot)
     if validation is not None:
         theta, b = best["theta"], best["b"]
     coef = coords.apply(theta)
