@@ -523,7 +523,12 @@ def main(argv=None):
     p.add_argument("--n", type=int, default=4000, help="rows of the large-n stand-in")
     p.add_argument("--trials", type=int, default=5)
     p.add_argument("--large-ks", type=int, nargs="+", default=[50, 100, 200, 400])
-    p.add_argument("--sections", default="cssp,large", help="any of cssp, large, sweep")
+    p.add_argument("--sections", default="paper,cssp,large",
+                   help="any of paper (Fig. 3 at the paper's setting), cssp (our defaults), "
+                        "large, speed, sweep")
+    p.add_argument("--paper-sets", nargs="+", default=["digits raw", "digits std",
+                                                       "breast_cancer", "meats"])
+    p.add_argument("--speed-ns", type=int, nargs="+", default=[500, 1000, 2000])
     p.add_argument("--plot", default=None, help="folder for repro_mathur_*.png")
     p.add_argument("--sweep-sets", nargs="+", default=["clusters", "concrete"])
     p.add_argument("--sweep-ks", type=int, nargs="+", default=[20, 50, 100])
@@ -538,6 +543,22 @@ def main(argv=None):
     torch.set_num_threads(1)
     trials = 2 if a.quick else a.trials
     cssp, large = {}, {}
+    if "paper" in a.sections and not a.merge:
+        print("Fig. 3 at the paper's setting: trace loss f_lam, delta = 1 (absolute), "
+              "standardised columns (and raw digits), threshold rounding (k_tol = 0); "
+              "'continuous (our defaults)' is ContinuousSelector() as shipped")
+        paper_cssp(_paper_sets(a.paper_sets), [5, 10] if a.quick else [5, 10, 15, 20, 25],
+                   trials=trials, n_grid=8 if a.quick else 20)
+    if "speed" in a.sections and not a.merge:
+        rows = speed(ns=[300] if a.quick else a.speed_ns, k=20 if a.quick else 50,
+                     trials=1)
+        ns = sorted({r["n"] for r in rows})
+        for label in SPEED_VARIANTS:
+            cpu = [np.median([r["cpu"] for r in rows if r["n"] == n and r["variant"] == label])
+                   for n in ns]
+            if len(ns) > 1:
+                slope = np.polyfit(np.log(ns), np.log(cpu), 1)[0]
+                print(f"   {label}: CPU time grows as n^{slope:.2f} over n = {ns}")
     if "cssp" in a.sections and not a.merge:
         ks = [5, 10, 20] if a.quick else [5, 10, 15, 20, 25]
         for name, X in _cssp_sets().items():
