@@ -1038,8 +1038,9 @@ def nystrom_krr(
     if validation is not None and saved is None:
         score(0, torch.zeros(M, t, dtype=_F64) if coef0 is None else coef0.to(_F64).reshape(M, t))
 
-    bar = progress(total=max_iter, desc="Nystrom CG", verbose=verbose, unit="pass",
-                   upper_bound=True)
+    # the bar counts this run's passes (a resumed run starts at the checkpoint's pass)
+    bar = progress(total=max_iter - int(cg_state.get("k", 0)), desc="Nystrom CG",
+                   verbose=verbose, unit="pass", upper_bound=True)
     r_norm = torch.linalg.vector_norm(rhs, dim=0).clamp_min(1e-300)
 
     def cb(k, X, R):
