@@ -414,3 +414,22 @@ def test_nystrom_cg_text_lines_carry_one_estimate(no_tty, every_step, capsys):
     assert counts == list(range(1, len(passes) + 1))
     # the residual shown on a line is the one of the pass it counts
     assert all("residual=" in ln for ln in passes)
+
+
+def test_nystrom_variance_pass_shows_its_rows_and_keeps_the_result(monkeypatch, capsys):
+    """The variance pass (as costly as the Gram pass) reports its rows; results unchanged."""
+    from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+    from kernelflow.utils import _progress
+
+    monkeypatch.setattr(_progress, "TEXT_INTERVAL", 0.0)
+    rng = np.random.RandomState(0)
+    X = rng.randn(600, 3)
+    y = np.sin(X[:, 0]) + 0.1 * rng.randn(600)
+    params = dict(n_components=40, compute_variance="dtc", random_state=0)
+    quiet = NystromKernelRidge(**params).fit(X, y)
+    assert "Nystrom variance" not in capsys.readouterr().err
+    loud = NystromKernelRidge(**params, verbose=1).fit(X, y)
+    err = capsys.readouterr().err
+    assert "Nystrom variance: 600/600 row" in err
+    assert np.array_equal(quiet.predict(X[:7], return_std=True)[1],
+                          loud.predict(X[:7], return_std=True)[1])

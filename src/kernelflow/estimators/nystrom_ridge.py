@@ -341,8 +341,9 @@ class NystromKernelRidge(_NystromBase):
     random_state : int, RandomState instance or None, default=None
         Seeds the centre selection and the validation split.
     verbose : int, default=0
-        > 0 shows a progress bar (passes, relative residual, change, estimated time left);
-        > 1 also logs one line per pass.
+        > 0 shows progress bars with one estimate of the time left: the rows of the direct
+        solve's Gram pass (and of the variance pass), or the CG passes with residual and
+        change; > 1 also logs one line per CG pass.
     options : Options, default=None
         Engine options (memory budget, device, ...).
     distributed : {"auto", "on", "off"} or bool, default="auto"
@@ -578,7 +579,7 @@ class NystromKernelRidge(_NystromBase):
         self.posterior_ = nystrom_posterior(
             train, kernel, C, alpha, y_offset=intercept, options=options,
             block_size=self.block_size,
-            method="fitc" if self.compute_variance == "fitc" else "dtc",
+            method="fitc" if self.compute_variance == "fitc" else "dtc", verbose=self.verbose,
         ) if self.compute_variance else None
         if ckpt is not None:
             ckpt.finish()

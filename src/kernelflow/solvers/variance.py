@@ -74,6 +74,7 @@ from ..kernels import Kernel
 from ..linalg import cholesky
 from ..operators import KernelOperator, Options, memory_budget
 from ..sources import DataSource
+from ..utils._progress import progress
 from .nystrom import block_rows
 
 __all__ = [
@@ -293,13 +294,15 @@ class NystromPosterior:
 
 def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor, alpha: float,
                       *, y_offset: torch.Tensor | None = None, options: Options | None = None,
-                      block_size: int | None = None, method: str = "dtc") -> NystromPosterior:
+                      block_size: int | None = None, method: str = "dtc",
+                      verbose: int = 0) -> NystromPosterior:
     """One float64 pass over the rows for the DTC or FITC posterior and evidence (all-reduced).
 
     Accumulates K_Mn D K_nM, K_Mn D (y - y_offset), sum_i w_i (y_i - y_offset)^2, the number
     of rows of positive weight and the sum of their log weights, with D the sample weights
     (``method="dtc"``) or FITC's effective weights (``method="fitc"``, see the module
-    docstring). Cost O(n M (M + d) + M^3), memory O(M^2) plus one row block.
+    docstring). Cost O(n M (M + d) + M^3), memory O(M^2) plus one row block. ``verbose >= 1``
+    shows a bar over the rows of the pass (one estimate of the time left).
 
     Examples
     --------
@@ -324,7 +327,10 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
     stats = torch.zeros(t + 2, dtype=_F64)  # y^T D y per target, n positive, sum log w
     rows = block_rows(source.n_features, M, _F64, options, block_size)
     rows = max(1, min(rows, memory_budget(options) // (4 * 8 * max(M, 1))))
+    bar = progress(total=source.n_samples if verbose else None, desc="Nystrom variance",
+                   verbose=verbose, unit="row")
     for blk in source.iter_blocks(rows, dtype=_F64):
+        bar.update(blk.X.shape[0])
         Kb = KernelOperator(kernel, blk.X, C, options=options).to_dense().to(_F64).cpu()
         A = _tri_solve(L, Kb.T)  # whitened block L^{-1} K_Mb, (M, b)
         del Kb
@@ -351,6 +357,7 @@ def nystrom_posterior(source: DataSource, kernel: Kernel, centers: torch.Tensor,
         G += Aw @ A.T
         b += Aw @ y
         stats[:t] += (yw * y).sum(0)
+    bar.close()
     G, b, stats = all_reduce_sum(G), all_reduce_sum(b), all_reduce_sum(stats)
     G = 0.5 * (G + G.T)  # L^{-1} K_Mn D K_nM L^{-T}, positive semi-definite by construction
     G.diagonal().add_(alpha)
