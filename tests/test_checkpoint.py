@@ -20,7 +20,7 @@ from kernelflow.estimators import (
     NystromKernelRidge,
     NystromRobustRegressor,
 )
-from kernelflow.utils.checkpoint import Checkpoint, CheckpointError
+from kernelflow.utils.checkpoint import Checkpoint, CheckpointError, _host
 
 
 def _data(seed=0, n=240):
@@ -277,6 +277,30 @@ def test_state_round_trip_is_exact(tmp_path):
     r = np.random.RandomState()
     r.set_state(back["rng"])
     assert np.array_equal(r.randint(0, 1000, 5), np.random.RandomState(3).randint(0, 1000, 5))
+
+
+def test_failed_write_keeps_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "w.ckpt"
+    ck = Checkpoint(path, interval=0, fingerprint={})
+    ck.save({"k": 1})
+    before = path.read_bytes()
+
+    def fail(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save({"k": 2})
+    monkeypatch.undo()
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["w.ckpt"]
+    # a temporary file left by a killed writer is removed by the next write
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = tmp_path / f".w.ckpt.kf-tmp-{_host()}-{dead}-0123456789abcdef"
+    stale.write_bytes(b"half a file")
+    ck.save({"k": 3})
+    assert os.listdir(tmp_path) == ["w.ckpt"]
+    assert Checkpoint(path, fingerprint={}).load() == {"k": 3}
 
 
 # ---- (d) all-or-nothing --------------------------------------------------------------------------

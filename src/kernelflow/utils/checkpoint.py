@@ -7,7 +7,8 @@ lists every array with its dtype, shape and SHA-256 digest and carries a SHA-256
 itself, so a truncated, corrupted or edited file is refused with a :class:`CheckpointError`
 (a ``ValueError``). Writing goes to a temporary file in the destination directory, flushed and
 ``fsync``-ed, then ``os.replace``-d over the path: a kill during a write leaves the previous
-checkpoint intact.
+checkpoint intact (and its temporary file, removed by the next write once the killed process
+has ended).
 
 The metadata also holds the *fingerprint* of the problem: the data (:func:`data_fingerprint`),
 the estimator parameters that change the result (:func:`params_fingerprint`), the centres or
@@ -37,7 +38,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
+import socket
 import time
 import zipfile
 from collections.abc import Callable
@@ -254,9 +257,40 @@ def _digest(meta: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:40]
+
+
+def _remove_stale(directory: Path, prefix: str) -> None:
+    """Remove temporary files of writes killed on this host (their process has ended)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        pid = name[len(prefix):].split("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # still running
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, OSError):
+            continue
+        try:
+            os.unlink(directory / name)
+        except OSError:
+            pass
+
+
 def _write_atomic(path: Path, members: dict[str, np.ndarray]) -> None:
     directory = path.parent if str(path.parent) else Path(".")
-    tmp = directory / f".{path.name[:200]}.kf-tmp-{os.getpid()}-{secrets.token_hex(8)}"
+    prefix = f".{path.name[:180]}.kf-tmp-{_host()}-"
+    _remove_stale(directory, prefix)
+    tmp = directory / f"{prefix}{os.getpid()}-{secrets.token_hex(8)}"
     try:
         with open(tmp, "xb") as fh:
             np.savez(fh, **members)  # type: ignore[arg-type]
