@@ -1023,7 +1023,7 @@ def nystrom_krr(
              "R_prev": rhs if x0 is None else rhs - matvec(x0)}
     monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
     cg_state: dict = {}
-    saved = checkpoint.load() if checkpoint is not None else None
+    saved = checkpoint.load(rhs.device) if checkpoint is not None else None
     if saved is not None:
         _restore_cg(saved, cg_state, state, monitor)
 

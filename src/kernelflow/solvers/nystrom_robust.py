@@ -369,7 +369,7 @@ def nystrom_robust(
     else:
         b = torch.zeros(t, dtype=_F64)
     b0 = b.clone()
-    saved = checkpoint.load() if checkpoint is not None else None
+    saved = checkpoint.load(theta.device) if checkpoint is not None else None
 
     def evaluate(theta, b, delta_):
         p = nystrom_loss_pass(source, kernel, C, coords.apply(theta), b, loss, delta=delta_,

@@ -227,7 +227,7 @@ def _encode(value, arrays: dict) -> Any:  # noqa: C901 - one branch per node typ
     raise TypeError(f"checkpoint: cannot store a {type(value).__name__}")
 
 
-def _decode(node, arrays: dict) -> Any:  # noqa: C901 - one branch per node type
+def _decode(node, arrays: dict, device=None) -> Any:  # noqa: C901 - one branch per node type
     if node is None or isinstance(node, bool | str):
         return node
     if not isinstance(node, dict) or len(node) not in (1, 2):
@@ -237,7 +237,8 @@ def _decode(node, arrays: dict) -> Any:  # noqa: C901 - one branch per node type
         if dt is None:
             raise CheckpointError(f"unknown tensor dtype {str(node.get('dtype'))[:20]!r}")
         t = torch.from_numpy(arrays[node["tensor"]].copy())
-        return t.view(torch.bfloat16) if dt == torch.bfloat16 else t.to(dt)
+        t = t.view(torch.bfloat16) if dt == torch.bfloat16 else t.to(dt)
+        return t if device is None else t.to(device)
     if "array" in node:
         return arrays[node["array"]].copy()
     if "int" in node:
@@ -245,9 +246,9 @@ def _decode(node, arrays: dict) -> Any:  # noqa: C901 - one branch per node type
     if "float" in node:
         return float(arrays[node["float"]])
     if "list" in node:
-        return [_decode(v, arrays) for v in node["list"]]
+        return [_decode(v, arrays, device) for v in node["list"]]
     if "dict" in node:
-        return {str(k): _decode(v, arrays) for k, v in node["dict"]}
+        return {str(k): _decode(v, arrays, device) for k, v in node["dict"]}
     raise CheckpointError("corrupt state node")
 
 
@@ -339,8 +340,11 @@ class Checkpoint:
         self._last = time.monotonic()
         self.resumed = False
 
-    def load(self) -> dict | None:
-        """The stored state, or None when there is no file; refuses a foreign or corrupt one."""
+    def load(self, device=None) -> dict | None:
+        """The stored state, or None when there is no file; refuses a foreign or corrupt one.
+
+        Tensors come back on ``device`` (default the CPU), with their stored dtype.
+        """
         if not self.path.exists():
             return None
         where = str(self.path)
@@ -377,7 +381,7 @@ class Checkpoint:
                 f"{str(exc)[:200]}). Delete the file to start the fit afresh.") from None
         self._check_fingerprint(meta.get("fingerprint"))
         try:
-            state = _decode(meta["state"], arrays)
+            state = _decode(meta["state"], arrays, device)
         except (KeyError, TypeError, ValueError) as exc:
             raise CheckpointError(f"checkpoint {where} is corrupt ({exc}). Delete the file to "
                                   "start the fit afresh.") from None
