@@ -1,0 +1,314 @@
+"""Nyström kernel ridge regression for many centres: CG with a low-rank eigen-preconditioner.
+
+Solves the same normal equations as :func:`kernelflow.solvers.nystrom.nystrom_krr`,
+
+    (K_nM^T D K_nM / W + lam K_MM) a = K_nM^T D (y - y_offset) / W,   lam = alpha / W,       (1)
+
+without any M x M matrix. Falkon's preconditioner factorises K_MM and K_MM^2 / M + lam K_MM:
+O(M^3) flops and O(M^2) memory. Here the preconditioner is built from s << M centres only
+(EigenPro 3, Abedsoltan, Belkin, Pandit 2023; randomised Nyström preconditioning, Frangella,
+Tropp, Udell 2023):
+
+1. a uniform subsample S of s centres; the Nyström approximation of K_MM from its columns,
+   K_MM ~ K_MS K_SS^+ K_SM = V diag(sigma) V^T with V (M, k) orthonormal, k <= s (one
+   eigendecomposition of K_SS, one thin QR of an M x k matrix): O(M s^2 + s^3) flops,
+   O(M s) memory;
+2. with uniform centres, K_nM^T D K_nM / W ~ K_MM^2 / M (Falkon's assumption), so on the
+   span of V the matrix of (1) is about diag(h), h = sigma^2 / M + lam sigma. Below the k-th
+   eigenvalue the spectrum is flattened to the smallest kept value c = h_k, as EigenPro does:
+
+       P = V diag(h) V^T + c (I - V V^T),   P^{-1} r = V (V^T r / h) + (r - V V^T r) / c.  (2)
+
+(1) is solved by conjugate gradients preconditioned with (2). Each iteration is one streamed
+pass K_nM^T D K_nM v over the rows (the kernel engine's tiles in the input's precision, float64
+sums; K_nM is kept in memory only when it takes at most half of the budget, as in
+:func:`~kernelflow.solvers.nystrom.nystrom_krr`) plus one tiled product K_MM v (O(M^2 d) flops,
+no stored K_MM). Cost per iteration O(n M (d + 2t) + M^2 d + M k t).
+
+Why conjugate gradients and not EigenPro's preconditioned SGD: the SGD step size is bounded by
+the flattened top eigenvalue, so the error along the eigenvalue lam s_min(K_MM) contracts by a
+factor (1 - lam s_min / c) per epoch and reaching the direct solution to 1e-6 takes a number of
+epochs that grows as 1 / lam; CG on the same preconditioned system minimises the error in the
+energy norm of (1) (the training prediction error plus the penalty) over the Krylov space, and
+with the top of the spectrum flattened its iterations scale with the square root of what is
+left. Both use the same preconditioner and the same passes; CG needs no step or batch size.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from ..kernels import Kernel
+from ..linalg import conjugate_gradient, symmetric_eigh
+from ..operators import KernelOperator, Options, memory_budget
+from ..sources import DataSource
+from ..utils._finite import DivergenceError
+from ..utils._progress import progress
+from ..utils.monitor import EarlyStopping
+from .nystrom import (
+    DEFAULT_TOL,
+    NystromSolution,
+    nystrom_kernel_cache,
+    nystrom_normal_matvec,
+    nystrom_rhs,
+    nystrom_validation_mse,
+    source_moments,
+)
+
+__all__ = ["EigenPreconditioner", "eigen_preconditioner", "default_rank", "nystrom_eigen_cg"]
+
+logger = logging.getLogger(__name__)
+
+_F64 = torch.float64
+#: Largest default rank s of the preconditioner: setup M s^2 + s^3 flops, 3 M s floats
+DEFAULT_MAX_RANK = 1000
+#: CG steps whose energies are summed for the stopping rule's error estimate
+_CHANGE_WINDOW = 4
+
+
+def default_rank(n_centers: int, options: Options | None = None) -> int:
+    """Rank s of the preconditioner: min(M, 1000), and 3 M s float64 values within 1/4 budget.
+
+    Examples
+    --------
+    >>> default_rank(300), default_rank(50_000)
+    (300, 1000)
+    >>> default_rank(50_000, Options(memory_budget=2**30))
+    223
+    """
+    by_budget = memory_budget(options) // (4 * 3 * 8 * max(int(n_centers), 1))
+    return int(max(1, min(n_centers, DEFAULT_MAX_RANK, by_budget)))
+
+
+@dataclass
+class EigenPreconditioner:
+    """P of (2): ``V`` (M, k) orthonormal, ``h`` (k,) its eigenvalues on V, ``c`` below.
+
+    ``sigma`` (k,) are the Nyström eigenvalues of K_MM (descending).
+    """
+
+    V: torch.Tensor
+    h: torch.Tensor
+    c: float
+    sigma: torch.Tensor
+
+    def apply_inverse(self, R: torch.Tensor) -> torch.Tensor:  # (M, t) -> (M, t): P^{-1} R
+        Z = self.V.T @ R
+        return self.V @ (Z / self.h.reshape(-1, 1) - Z / self.c) + R / self.c
+
+
+def eigen_preconditioner(kernel: Kernel, centers: torch.Tensor, lam: float, rank: int, *,
+                         options: Options | None = None,
+                         generator: torch.Generator | None = None) -> EigenPreconditioner:
+    """Build (2) from ``rank`` centres drawn uniformly. Cost O(M s d + M s^2 + s^3), memory
+    about 3 M s float64 values; nothing M x M.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.kernels import Gaussian
+    >>> C = torch.linspace(0, 1, 40, dtype=torch.float64).reshape(-1, 1)
+    >>> P = eigen_preconditioner(Gaussian(0.5), C, 1e-3, 40)
+    >>> K = Gaussian(0.5)(C)
+    >>> H = K @ K / 40 + 1e-3 * K                 # (1) when K_nM^T K_nM / n = K_MM^2 / M
+    >>> err = P.V @ torch.diag(P.sigma) @ P.V.T - K   # rank s = M: the exact K_MM
+    >>> bool(err.abs().max() < 1e-8)
+    True
+    """
+    if lam <= 0:
+        raise ValueError(f"the preconditioner needs lam > 0, got {lam}.")
+    C = centers.to(_F64)
+    M = C.shape[0]
+    s = int(min(max(1, rank), M))
+    idx = torch.randperm(M, generator=generator)[:s] if s < M else torch.arange(M)
+    K_MS = KernelOperator(kernel, C, C[idx], options=options).to_dense().to(_F64)  # (M, s)
+    lam_s, U = symmetric_eigh(K_MS[idx])  # K_SS, ascending
+    keep = lam_s > lam_s[-1] * torch.finfo(_F64).eps * s * 10
+    # K_MM ~ B B^T, B = K_MS U diag(lam_s)^-1/2 over the kept eigenvalues
+    B = K_MS @ (U[:, keep] / lam_s[keep].sqrt())
+    del K_MS, U
+    Q, Rf = torch.linalg.qr(B)  # B = Q Rf: K_MM ~ Q (Rf Rf^T) Q^T
+    del B
+    sig, Z = torch.linalg.eigh(Rf @ Rf.T)
+    sig, Z = sig.flip(0).clamp_min(0.0), Z.flip(1)
+    good = sig > sig[0] * torch.finfo(_F64).eps * M
+    sig, Z = sig[good], Z[:, good]
+    V = Q @ Z
+    # trailing Nyström eigenpairs are the least accurate, yet keeping all of them (c = the
+    # smallest h) took fewer iterations than EigenPro's q = s / 2 or s / 4 (n = 2000,
+    # M = 300, s = 100: 300 passes to 1e-10 against over 400)
+    h = sig * sig / M + lam * sig
+    return EigenPreconditioner(V=V, h=h, c=float(h[-1]), sigma=sig)
+
+
+def nystrom_eigen_cg(
+    source: DataSource,
+    kernel: Kernel,
+    centers: torch.Tensor,  # shape: (M, d)
+    alpha: float,
+    *,
+    y_offset: torch.Tensor | None = None,  # shape: (t,)
+    coef0: torch.Tensor | None = None,  # shape: (M, t)
+    rank: int | None = None,
+    max_iter: int = 100,
+    tol: float | None = None,
+    validation: DataSource | None = None,
+    n_iter_no_change: int = 5,
+    dtype: torch.dtype = _F64,
+    options: Options | None = None,
+    block_size: int | None = None,
+    store_kernel: bool | None = None,
+    callback=None,
+    verbose: int = 0,
+    random_state: int = 0,
+) -> NystromSolution:
+    """Solve (1) by conjugate gradients with the rank-s eigen-preconditioner (2).
+
+    Parameters
+    ----------
+    source, kernel, centers, alpha, y_offset, coef0, max_iter, validation, n_iter_no_change,
+    dtype, options, block_size, store_kernel, callback, verbose
+        As in :func:`kernelflow.solvers.nystrom.nystrom_krr`.
+    rank : int, optional
+        Number s of centres the preconditioner is built from (default :func:`default_rank`).
+    tol : float, optional
+        CG stops when the estimated relative error in the energy norm of (1) (Hestenes-Stiefel:
+        the energies of the last four steps over the energy of the iterate) stays below ``tol``
+        for two iterations, or the relative residual of (1) falls below ``tol^2``. Default
+        ``DEFAULT_TOL[dtype]`` (1e-3), or ``options.cg_tol``.
+    random_state : int, default=0
+        Seeds the subsample of centres (the same on every process of a data-parallel run).
+
+    Returns
+    -------
+    NystromSolution
+        ``solver`` is ``"eigen_cg"``.
+
+    Notes
+    -----
+    Setup O(M s d + M s^2 + s^3) flops and O(M s) memory; each iteration
+    O(n M (d + 2t) + M^2 d). Memory: 3 M s floats, a few M x t vectors, one row block (or the
+    stored K_nM when it fits in half of the budget); no M x M matrix.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.kernels import Gaussian
+    >>> from kernelflow.sources import ArraySource
+    >>> from kernelflow.solvers.nystrom import nystrom_direct
+    >>> g = torch.Generator().manual_seed(0)
+    >>> X = torch.randn(400, 3, dtype=torch.float64, generator=g)
+    >>> y = torch.sin(X.sum(1))
+    >>> sol = nystrom_eigen_cg(ArraySource(X, y), Gaussian(1.0), X[:60], 1.0, rank=30,
+    ...                        tol=1e-9, max_iter=300)
+    >>> ref = nystrom_direct(ArraySource(X, y), Gaussian(1.0), X[:60], 1.0)
+    >>> K = Gaussian(1.0)(X, X[:60])
+    >>> sol.converged, bool(torch.allclose(K @ sol.coef, K @ ref, rtol=0, atol=1e-6))
+    (True, True)
+    """
+    if source.n_outputs == 0:
+        raise ValueError("the training source has no targets.")
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}.")
+    if rank is not None and int(rank) < 1:
+        raise ValueError(f"rank must be >= 1, got {rank}.")
+    C = centers.to(_F64)
+    M, t = C.shape[0], source.n_outputs
+    W, _, _ = source_moments(source, block_size=block_size)
+    if not W > 0:
+        raise ValueError("the total sample weight must be positive.")
+    lam = float(alpha) / W
+    if tol is None:
+        cg_tol = (options or Options()).cg_tol
+        tol = DEFAULT_TOL.get(dtype, 1e-3) if cg_tol is None else float(cg_tol)
+    tol = float(tol)
+    s = default_rank(M, options) if rank is None else int(min(rank, M))
+    gen = torch.Generator().manual_seed(int(random_state))
+    P = eigen_preconditioner(kernel, C, lam, s, options=options, generator=gen)
+    logger.debug("eigen-CG preconditioner: rank %d of %d, eigenvalues %.3g .. %.3g",
+                 P.V.shape[1], M, float(P.sigma[0]), float(P.sigma[-1]))
+
+    cache = val_cache = None
+    if store_kernel is not False:
+        frac = 1.0 if store_kernel else 0.5
+        cache = nystrom_kernel_cache(source, kernel, C, dtype=dtype, options=options,
+                                     block_size=block_size, fraction=frac)
+        if cache is not None and validation is not None:
+            val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
+                                             options=options, block_size=block_size,
+                                             fraction=frac / 4)
+    Cd = C.to(dtype)
+    K_MM = KernelOperator(kernel, Cd, options=(options or Options()).replace(
+        accumulate_float64=True))
+    b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
+                    block_size=block_size, cache=cache) / W
+
+    def matvec(a):  # (M, t) float64 -> (M, t): the matrix of (1) times a
+        g = nystrom_normal_matvec(source, kernel, C, a, dtype=dtype, options=options,
+                                  block_size=block_size, cache=cache) / W
+        return g + lam * K_MM.matmul(a).to(_F64)
+
+    x0 = None if coef0 is None else coef0.to(_F64).reshape(M, t)
+    monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
+    state = {"best": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
+             "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW)}
+
+    def score(k, coef):
+        mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset,
+                                     dtype=dtype, options=options, block_size=block_size,
+                                     cache=val_cache)
+        stop = monitor.update(k, mse)
+        if monitor.best_iteration == k:
+            state["best"] = coef.clone()
+        return stop
+
+    if validation is not None:
+        score(0, torch.zeros(M, t, dtype=_F64) if x0 is None else x0)
+
+    bar = progress(total=max_iter, desc="Nystrom eigen-CG", verbose=verbose, unit="pass",
+                   upper_bound=True)
+
+    def cb(k, X, R):
+        # ||dx||_H^2 = dx^T (r_prev - r): the energies of the last steps estimate the energy
+        # norm of the error from below (Hestenes-Stiefel), against the energy x^T b
+        dx = X if state["prev"] is None else X - state["prev"]
+        state["steps"].append((dx * (state["R_prev"] - R)).sum(0).clamp_min(0))
+        energy = (X * b).sum(0).abs().clamp_min(1e-300)
+        change = float((torch.stack(tuple(state["steps"])).sum(0) / energy).sqrt().max())
+        state["prev"], state["R_prev"] = X.clone(), R.clone()
+        state["small"] = state["small"] + 1 if change <= tol else 0
+        bar.set_postfix(change=f"{change:.1e}", refresh=False)
+        bar.update()
+        stop = False
+        if state["small"] >= 2:
+            state["reason"], stop = "change", True
+        if validation is not None and score(k, X.clone()):
+            state["reason"], stop = "validation", True
+        if callback is not None and callback(k, X.clone()):
+            state["reason"], stop = "callback", True
+        return stop
+
+    with bar:
+        res = conjugate_gradient(matvec, b, x0=x0, max_iter=max_iter, tol=tol * tol,
+                                 preconditioner=P.apply_inverse, callback=cb)
+    reason = "residual" if res.converged else state["reason"]
+    converged = res.converged or reason == "change"
+    coef = res.x.reshape(M, t)
+    best_iter = res.n_iter
+    if validation is not None and state["best"] is not None:
+        coef, best_iter = state["best"], monitor.best_iteration
+    if not torch.isfinite(coef).all():
+        raise DivergenceError("Nyström eigen-CG produced non-finite coefficients.")
+    logger.debug("Nystrom eigen-CG: %d iterations, residual %.3g, stopped by %s", res.n_iter,
+                 res.residual_norms[-1], reason)
+    return NystromSolution(coef=coef, n_iter=res.n_iter, converged=converged,
+                           residual_norms=res.residual_norms, validation_mse=monitor.losses,
+                           best_iter=best_iter, total_weight=W,
+                           stopped_early=reason == "validation", solver="eigen_cg",
+                           residual=float(res.residual_norms[-1]), stop_reason=reason,
+                           tolerance=tol, history=[("eigen_cg", res.n_iter)])
+
