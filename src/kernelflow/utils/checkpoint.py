@@ -192,7 +192,11 @@ def fit_checkpoint(estimator, solver: str, data: dict, **parts) -> Checkpoint | 
     fp = {"solver": solver, "estimator": type(estimator).__name__, **data}
     fp.update(params_fingerprint(estimator.get_params(deep=False), exclude=_NOT_RESULT))
     fp.update({k: _param_text(v) for k, v in parts.items()})
-    return Checkpoint(path, interval=interval, fingerprint=fp)
+    hint = ""
+    if not isinstance(getattr(estimator, "random_state", 0), int | np.integer):
+        hint = (" (random_state is not an integer, so centres, seeds and shuffles are drawn "
+                "anew by every fit: set an integer random_state for fits that can resume)")
+    return Checkpoint(path, interval=interval, fingerprint=fp, hint=hint)
 
 
 # ---- state encoding: tensors and arrays as members, the rest as JSON ---------------------------
@@ -332,7 +336,8 @@ class Checkpoint:
     Cost of a write: one copy of the state (O(size of the iterate)) plus an ``fsync``.
     """
 
-    def __init__(self, path, *, interval: float = 60.0, fingerprint: dict):
+    def __init__(self, path, *, interval: float = 60.0, fingerprint: dict, hint: str = ""):
+        self.hint = hint
         self.path = Path(os.fspath(path))
         self.interval = float(interval)
         self.fingerprint = json.loads(json.dumps(fingerprint, allow_nan=False))
@@ -402,7 +407,7 @@ class Checkpoint:
                              f"{short(self.fingerprint.get(k))})" for k in diff[:6])
             raise CheckpointError(
                 f"checkpoint {self.path} was written for another problem: {what}. Delete the "
-                "file to start this fit afresh.")
+                f"file to start this fit afresh.{self.hint}")
 
     def save(self, state: dict) -> None:
         """Write ``state`` (tensors, arrays, numbers, strings, lists, dicts) atomically."""
