@@ -22,6 +22,7 @@ from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import Options, memory_budget
 from ..solvers.hyperparameters import NYSTROM_CRITERIA
 from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
+from ..solvers.nystrom_eigen_cg import nystrom_eigen_cg
 from ..solvers.variance import nystrom_posterior
 from ..sources import ArraySource, DataSource, SubsetSource, as_source
 from ..typing import ArrayLike, Output
@@ -368,6 +369,10 @@ class NystromKernelRidge(_NystromBase):
         preconditioned conjugate gradients; "auto" solves directly up to 500 centres, picks
         the cheaper from a cost model beyond (direct up to about 1000 centres, CG beyond),
         always CG with ``early_stopping``, and solves directly when a float32 CG run stalls.
+        "eigen_cg" (many centres) runs CG with a rank-s eigen-preconditioner built from
+        s = min(M, 1000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`): setup
+        O(M s^2 + s^3) and memory O(M s), no M x M matrix, but more passes than "cg" when
+        alpha / n is small against K_MM's spectrum beyond its s-th eigenvalue; no checkpoint.
     compute_variance : bool or {"dtc", "fitc"}, default=False
         One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
         (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
@@ -406,7 +411,7 @@ class NystromKernelRidge(_NystromBase):
     residual_ : float
         Final relative residual of the preconditioned system.
     solver_ : str
-        The solver whose coefficients were kept, "cg" or "direct".
+        The solver whose coefficients were kept, "cg", "direct" or "eigen_cg".
     solver_history_ : list of (str, int)
         Every solver that ran, in order, with its iterations: ``[("direct", 1)]`` for a
         direct solve, ``[("cg", 100), ("direct", 1)]`` when a float32 CG run that stalled was
@@ -458,7 +463,7 @@ class NystromKernelRidge(_NystromBase):
         "alpha": [Interval(Real, 0, None, closed="neither")],
         "tol": [Interval(Real, 0, None, closed="neither"), None],
         "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
-        "solver": [StrOptions({"auto", "cg", "direct"})],
+        "solver": [StrOptions({"auto", "cg", "direct", "eigen_cg"})],
         "compute_variance": ["boolean", StrOptions({"dtc", "fitc"})],
         **OPTIMIZER_CONSTRAINTS,
     }
@@ -547,12 +552,22 @@ class NystromKernelRidge(_NystromBase):
                 raise ValueError("checkpoint is not supported in a data-parallel fit.")
             ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(source), centers=C,
                                   kernel=kernel, alpha=alpha, coef0=coef0)
-        sol = nystrom_krr(
-            train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
-            max_iter=self.max_iter, tol=self.tol, validation=val, solver=self.solver,
-            n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
-            block_size=self.block_size, verbose=self.verbose, checkpoint=ckpt,
-        )
+        if self.solver == "eigen_cg":
+            if ckpt is not None:
+                raise ValueError("checkpoint is not supported with solver='eigen_cg'.")
+            sol = nystrom_eigen_cg(
+                train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
+                max_iter=self.max_iter, tol=self.tol, validation=val,
+                n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
+                block_size=self.block_size, verbose=self.verbose,
+            )
+        else:
+            sol = nystrom_krr(
+                train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
+                max_iter=self.max_iter, tol=self.tol, validation=val, solver=self.solver,
+                n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
+                block_size=self.block_size, verbose=self.verbose, checkpoint=ckpt,
+            )
         if not sol.converged and not sol.stopped_early:
             tol = sol.tolerance
             warnings.warn(
