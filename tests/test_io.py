@@ -485,3 +485,19 @@ def test_library_defaults_load_on_a_machine_with_little_memory(tmp_path, monkeyp
     monkeypatch.setattr(_trust, "_memory_cap", lambda: 2**26)
     for model, path in zip(models, paths):
         np.testing.assert_array_equal(load_model(path).predict(X_new), model.predict(X_new))
+
+
+def test_checkpoint_path_is_not_stored_and_the_model_loads(tmp_path):
+    """A checkpoint names a file on the fitting machine: the model file stores None."""
+    from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+
+    rng = np.random.RandomState(0)
+    X, y = rng.randn(300, 2), rng.randn(300)
+    ckpt = tmp_path / "fit.ckpt"
+    model = NystromKernelRidge(n_components=40, solver="cg", checkpoint=str(ckpt),
+                               random_state=0).fit(X, y)
+    path = save_model(model, tmp_path / "m.npz")
+    loaded = load_model(path)
+    assert loaded.get_params()["checkpoint"] is None
+    assert model.get_params()["checkpoint"] == str(ckpt)  # the saved estimator is unchanged
+    assert np.array_equal(loaded.predict(X[:9]), model.predict(X[:9]))

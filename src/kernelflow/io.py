@@ -300,10 +300,17 @@ def default_state(estimator) -> dict[str, Any]:
     }
 
 
+# Parameters that name a place on the fitting machine (a checkpoint file): a model file never
+# carries them, so a loaded model's refit writes nowhere the file chose (stored as None).
+_MACHINE_LOCAL_PARAMS = ("checkpoint",)
+
+
 def _encode_estimator(est, writer: _Writer, where: str) -> dict:
     from kernelflow.registry import name_of
 
     params = est.get_params(deep=False)
+    if type(est).__module__.split(".")[0] == "kernelflow":
+        params = {k: (None if k in _MACHINE_LOCAL_PARAMS else v) for k, v in params.items()}
     state = est._get_state() if hasattr(est, "_get_state") else default_state(est)
     if not isinstance(state, dict):
         raise TypeError(f"{type(est).__name__}._get_state() must return a dict")
