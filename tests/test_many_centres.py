@@ -1,0 +1,175 @@
+"""Nyström eigen-CG (many centres): agreement with the direct solve, no M x M matrix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import kernelflow.solvers.nystrom_eigen_cg as eigen_cg_module
+from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
+from kernelflow.io import load_model, save_model
+from kernelflow.kernels import Gaussian
+from kernelflow.operators import Options
+from kernelflow.solvers.nystrom import nystrom_direct, nystrom_krr
+from kernelflow.solvers.nystrom_eigen_cg import (
+    default_rank,
+    eigen_preconditioner,
+    nystrom_eigen_cg,
+)
+from kernelflow.sources import ArraySource
+
+F64 = torch.float64
+
+
+def _data(n=2000, d=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, d, dtype=F64, generator=g)
+    y = torch.sin(2 * X[:, 0]) + 0.5 * torch.tanh(2 * X[:, 1]) + 0.25 * X[:, 0] * X[:, 1]
+    return X, y + 0.1 * torch.randn(n, dtype=F64, generator=g)
+
+
+def _rel(a, b):
+    return float(torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b))
+
+
+class _LargestTensor(TorchDispatchMode):
+    """Records the largest number of elements of any tensor an operation returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for o in out if isinstance(out, tuple | list) else (out,):
+            if isinstance(o, torch.Tensor):
+                self.largest = max(self.largest, o.numel())
+        return out
+
+
+@pytest.mark.parametrize("rank", [100, 300])
+def test_predictions_match_direct_solution(rank):
+    X, y = _data()
+    kernel, C, alpha = Gaussian(3.0), X[:300], 2.0  # alpha / n = 1e-3
+    src = ArraySource(X, y)
+    sol = nystrom_eigen_cg(src, kernel, C, alpha, rank=rank, tol=1e-10, max_iter=500)
+    ref = nystrom_direct(src, kernel, C, alpha)
+    K = kernel(X, C)
+    assert sol.converged and sol.solver == "eigen_cg"
+    assert _rel(K @ sol.coef, K @ ref) < 1e-6
+
+
+def test_preconditioner_is_exact_with_all_centres():
+    X, _ = _data(200, 3)
+    kernel, C = Gaussian(1.5), X[:80]
+    P = eigen_preconditioner(kernel, C, 1e-3, 80)
+    K = kernel(C)
+    assert float((P.V @ torch.diag(P.sigma) @ P.V.T - K).abs().max()) < 1e-8
+    assert float((P.V.T @ P.V - torch.eye(P.V.shape[1], dtype=F64)).abs().max()) < 1e-10
+    # rank s < M: P^{-1} is 1 / h on the eigenvectors and 1 / c on their complement
+    P = eigen_preconditioner(kernel, C, 1e-3, 30, generator=torch.Generator().manual_seed(0))
+    assert P.V.shape == (80, 30) and float(P.c) == float(P.h.min())
+    assert torch.allclose(P.apply_inverse(P.V) * P.h, P.V, atol=1e-10)
+    v = torch.randn(80, 2, dtype=F64, generator=torch.Generator().manual_seed(1))
+    w = v - P.V @ (P.V.T @ v)
+    assert torch.allclose(P.apply_inverse(w) * P.c, w, atol=1e-10)
+
+
+def test_estimator_matches_direct_and_round_trips(tmp_path):
+    X, y = _data(1500)
+    Xn, yn = X.numpy(), y.numpy()
+    common = dict(n_components=250, alpha=1.5, sigma=3.0, random_state=0)
+    ref = NystromKernelRidge(solver="direct", **common).fit(Xn, yn)
+    est = NystromKernelRidge(solver="eigen_cg", tol=1e-10, max_iter=300, **common).fit(Xn, yn)
+    assert est.solver_ == "eigen_cg" and est.converged_ and 0 < est.n_iter_ <= 300
+    assert est.solver_history_ == [("eigen_cg", est.n_iter_)]
+    p, p_ref = est.predict(Xn), ref.predict(Xn)
+    assert np.linalg.norm(p - p_ref) / np.linalg.norm(p_ref) < 1e-6
+    path = save_model(est, tmp_path / "m.kfm")
+    np.testing.assert_array_equal(load_model(path).predict(Xn), p)
+
+
+def test_float32_input_is_close():
+    X, y = _data(1500)
+    common = dict(n_components=250, alpha=1.5, sigma=3.0, random_state=0)
+    ref = NystromKernelRidge(solver="direct", **common).fit(X.numpy(), y.numpy())
+    est = NystromKernelRidge(solver="eigen_cg", max_iter=300, tol=1e-6, **common)
+    est.fit(X.numpy().astype(np.float32), y.numpy().astype(np.float32))
+    assert est.compute_dtype_ == "float32"
+    p = est.predict(X.numpy().astype(np.float32))
+    p_ref = ref.predict(X.numpy())
+    assert p.dtype == np.float32
+    assert np.linalg.norm(p - p_ref) / np.linalg.norm(p_ref) < 1e-4
+
+
+def test_early_stopping_uses_the_monitor():
+    X, y = _data(1500)
+    est = NystromKernelRidge(200, alpha=1e-3, sigma=3.0, random_state=0, solver="eigen_cg",
+                             early_stopping=True, n_iter_no_change=3, max_iter=200)
+    est.fit(X.numpy(), y.numpy())
+    scores = est.validation_scores_
+    assert len(scores) == est.n_iter_ + 1  # iteration 0 first
+    assert est.best_iteration_ == int(np.argmin(scores))
+    assert est.n_iter_ < 200 and est.n_iter_ - est.best_iteration_ == 3
+
+
+def test_no_centre_by_centre_matrix_within_a_small_budget():
+    # a budget below one M x M float64 matrix: Falkon's preconditioner is refused, eigen-CG
+    # runs and no operation returns a tensor of M x M (or M x M / 4) elements
+    X, y = _data(800, 5)
+    M = 600
+    kernel, C, src = Gaussian(2.0), X[:M], ArraySource(X, y)
+    opts = Options(memory_budget=M * M * 8 - 1, tile_elements=4096)
+    with pytest.raises(MemoryError):
+        nystrom_krr(src, kernel, C, 1.2, options=opts)
+    s = default_rank(M, opts)
+    assert 1 <= s < M // 10
+    with _LargestTensor() as probe:
+        sol = nystrom_eigen_cg(src, kernel, C, 1.2, options=opts, block_size=64, max_iter=5)
+    assert sol.n_iter > 0 and torch.isfinite(sol.coef).all()
+    assert probe.largest < M * M // 4, probe.largest
+    # the probe sees an M x M matrix where one is built
+    with _LargestTensor() as probe:
+        nystrom_direct(src, kernel, C, 1.2, block_size=64)
+    assert probe.largest >= M * M
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"alpha": 0.0}, "alpha"), ({"alpha": 1.0, "rank": 0}, "rank"),
+])
+def test_invalid_parameters_refused(kwargs, match):
+    X, y = _data(100, 3)
+    with pytest.raises(ValueError, match=match):
+        nystrom_eigen_cg(ArraySource(X, y), Gaussian(1.0), X[:20], **kwargs)
+
+
+def test_estimator_refuses_bad_solver_and_checkpoint(tmp_path):
+    X, y = _data(200, 3)
+    with pytest.raises(ValueError, match="solver"):
+        NystromKernelRidge(20, solver="eigenpro").fit(X.numpy(), y.numpy())
+    with pytest.raises(ValueError, match="checkpoint"):
+        NystromKernelRidge(20, solver="eigen_cg", random_state=0,
+                           checkpoint=tmp_path / "c.kfm").fit(X.numpy(), y.numpy())
+
+
+def test_interrupted_fit_leaves_previous_model(monkeypatch):
+    X, y = _data(600, 4)
+    est = NystromKernelRidge(100, alpha=1.0, sigma=2.0, random_state=0, solver="eigen_cg")
+    est.fit(X.numpy(), y.numpy())
+    before = est.predict(X.numpy())
+    coef = est.dual_coef_.clone()
+    real, calls = eigen_cg_module.nystrom_normal_matvec, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(eigen_cg_module, "nystrom_normal_matvec", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(X.numpy()[::-1] * 1.1, y.numpy()[::-1])
+    assert torch.equal(est.dual_coef_, coef)
+    np.testing.assert_array_equal(est.predict(X.numpy()), before)
