@@ -254,8 +254,8 @@ def nystrom_eigen_cg(
 
     x0 = None if coef0 is None else coef0.to(_F64).reshape(M, t)
     monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
-    state = {"best": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
-             "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW)}
+    state: dict = {"best": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
+                   "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW)}
 
     def score(k, coef):
         mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset,
