@@ -113,11 +113,19 @@ def run(args):
 def summary(args):
     from scipy.stats import binomtest, wilcoxon
 
-    recs = [json.loads(line) for line in Path(args.out).read_text().splitlines()]
+    # several files (comma-separated) are merged split by split: a method run in one file and
+    # another method run in a second file on the same split pair up
+    merged: dict = {}
+    for path in args.out.split(","):
+        for line in Path(path).read_text().splitlines():
+            r = json.loads(line)
+            key = (r["data"], r["outliers"], r["split"], r["grid"])
+            merged.setdefault(key, {**r, "methods": {}})["methods"].update(r["methods"])
+    recs = [r for r in merged.values() if r["grid"] == args.grid]
     keys = sorted({(r["data"], r["outliers"]) for r in recs},
                   key=lambda k: (k[1], list(STANDIN).index(k[0])))
     methods = ["KSGD", *COMPETITORS]
-    print(f"grid: {sorted({r['grid'] for r in recs})} points per axis; margin {args.margin}")
+    print(f"grid: {args.grid} points per axis (the splits run at --grid); margin {args.margin}")
     print("\n| data (paper's) | outliers | splits | "
           + " | ".join(f"{m} R^2 med" for m in methods) + " |")
     print("|---|---|---|" + "---|" * len(methods))
@@ -176,7 +184,8 @@ def main(argv=None):
     ap.add_argument("--methods", default=",".join(COMPETITORS))
     ap.add_argument("--loop-compare", action="store_true",
                     help="also time the uncompacted IRLS/MM loop (same grid point expected)")
-    ap.add_argument("--out", default="bench_out/allerbo_competitors.jsonl")
+    ap.add_argument("--out", default="bench_out/allerbo_competitors.jsonl",
+                    help="JSON-lines file (for --summary: files separated by commas)")
     ap.add_argument("--summary", action="store_true", help="print the tables of --out")
     ap.add_argument("--margin", type=float, default=0.05,
                     help="non-inferiority margin in test R^2")
