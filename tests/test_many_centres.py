@@ -173,3 +173,21 @@ def test_interrupted_fit_leaves_previous_model(monkeypatch):
         est.fit(X.numpy()[::-1] * 1.1, y.numpy()[::-1])
     assert torch.equal(est.dual_coef_, coef)
     np.testing.assert_array_equal(est.predict(X.numpy()), before)
+
+
+def test_weighted_multi_output_and_warm_start():
+    rng = np.random.RandomState(0)
+    X = rng.randn(1000, 5)
+    Y = np.c_[np.sin(X[:, 0]), np.cos(X[:, 1])] + 0.1 * rng.randn(1000, 2)
+    w = rng.uniform(0.5, 2.0, 1000)
+    common = dict(n_components=150, alpha=1.0, sigma=2.0, random_state=0)
+    ref = NystromKernelRidge(solver="direct", **common).fit(X, Y, sample_weight=w)
+    est = NystromKernelRidge(solver="eigen_cg", tol=1e-10, max_iter=300, **common)
+    est.fit(X, Y, sample_weight=w)
+    p, p_ref = est.predict(X), ref.predict(X)
+    assert p.shape == (1000, 2)
+    assert np.linalg.norm(p - p_ref) / np.linalg.norm(p_ref) < 1e-6
+    first = est.n_iter_
+    est.set_params(warm_start=True).fit(X, Y, sample_weight=w)  # starts at the solution
+    assert est.n_iter_ < first / 4
+    assert np.linalg.norm(est.predict(X) - p_ref) / np.linalg.norm(p_ref) < 1e-6
