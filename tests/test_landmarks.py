@@ -292,3 +292,29 @@ def test_rls_selector_reports_scores():
     sel = RecursiveRLS().select(_X(100), Gaussian(1.0), 10, random_state=0)
     assert sel.weights.shape == (10,) and bool((sel.weights > 0).all())
     assert math.isfinite(float(sel.weights.sum()))
+
+
+def test_greedy_pivoted_cholesky_stops_on_a_rank_deficient_kernel():
+    """A full-rank request on a numerically rank-deficient kernel ends (it used to loop for
+    ever when a pivot's recomputed residual fell below the floor while its tracked one had not)
+    and gives a factor that reproduces the kernel."""
+    import signal
+
+    from kernelflow.landmarks.cholesky import pivoted_cholesky
+
+    X = torch.as_tensor(np.random.RandomState(1).randn(80, 2))
+    K = torch.exp(-0.5 * torch.cdist(X, X) ** 2)
+
+    def _timeout(*_):
+        raise TimeoutError("pivoted_cholesky did not stop")
+
+    old = signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(20)
+    try:
+        F, piv = pivoted_cholesky(K, 80, rule="greedy")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert F.shape[1] == piv.numel() <= 80
+    assert len(set(piv.tolist())) == piv.numel()
+    assert torch.allclose(F @ F.T, K, atol=1e-6)

@@ -129,7 +129,10 @@ def pivoted_cholesky(
             pivots.append(j)
             r += 1
         d = (d - (cols * cols).sum(1)).clamp_min(0)
-        d[torch.as_tensor(accepted, dtype=torch.long)] = 0
+        # every pivot of the block is spent: accepted ones are exact now, and a rejected one's
+        # recomputed residual is at most the floor (the tracked d can drift above it by
+        # rounding, and a pivot left there would be chosen again forever)
+        d[torch.as_tensor(S, dtype=torch.long)] = 0
     return F[:, :r], torch.as_tensor(pivots, dtype=torch.long)
 
 
