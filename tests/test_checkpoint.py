@@ -20,7 +20,8 @@ from kernelflow.estimators import (
     NystromKernelRidge,
     NystromRobustRegressor,
 )
-from kernelflow.utils.checkpoint import Checkpoint, CheckpointError, _host
+from kernelflow.utils._files import _host
+from kernelflow.utils.checkpoint import Checkpoint, CheckpointError
 
 
 def _data(seed=0, n=240):

@@ -600,7 +600,7 @@ def test_killed_write_leaves_the_old_file_and_its_temporary_is_cleaned(tmp_path)
 
 
 def test_temporary_of_a_running_writer_is_kept(tmp_path):
-    from kernelflow.io import _host
+    from kernelflow.utils._files import _host
 
     alive = tmp_path / f".model.npz.kf-tmp-{_host()}-{os.getppid()}-abc"
     elsewhere = tmp_path / f".model.npz.kf-tmp-{_host()}x-999999999-abc"  # another machine's

@@ -38,9 +38,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
-import secrets
-import socket
 import time
 import zipfile
 from collections.abc import Callable
@@ -50,6 +47,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from ._files import write_npz_atomically
 
 __all__ = ["Checkpoint", "CheckpointError", "CHECKPOINT_CONSTRAINTS", "arrays_fingerprint",
            "data_fingerprint", "fit_checkpoint", "monitor_state", "params_fingerprint",
@@ -262,62 +261,6 @@ def _digest(meta: dict) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9]", "", socket.gethostname())[:40]
-
-
-def _remove_stale(directory: Path, prefix: str) -> None:
-    """Remove temporary files of writes killed on this host (their process has ended)."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(prefix):
-            continue
-        pid = name[len(prefix):].split("-")[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-            continue  # still running
-        except ProcessLookupError:
-            pass
-        except (PermissionError, OverflowError, OSError):
-            continue
-        try:
-            os.unlink(directory / name)
-        except OSError:
-            pass
-
-
-def _write_atomic(path: Path, members: dict[str, np.ndarray]) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    prefix = f".{path.name[:180]}.kf-tmp-{_host()}-"
-    _remove_stale(directory, prefix)
-    tmp = directory / f"{prefix}{os.getpid()}-{secrets.token_hex(8)}"
-    try:
-        with open(tmp, "xb") as fh:
-            np.savez(fh, **members)  # type: ignore[arg-type]
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # make the rename durable (POSIX)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
-
-
 class Checkpoint:
     """The checkpoint file of one fit: loaded at the start, written every ``interval`` seconds.
 
@@ -420,7 +363,7 @@ class Checkpoint:
                            for k, a in arrays.items()}}
         meta[_CHECKSUM] = _digest(meta)
         blob = np.frombuffer(json.dumps(meta, allow_nan=False).encode("utf-8"), dtype=np.uint8)
-        _write_atomic(self.path, {_META: blob, **arrays})
+        write_npz_atomically(self.path, {_META: blob, **arrays})
         self.n_saved += 1
         self._last = time.monotonic()
 
