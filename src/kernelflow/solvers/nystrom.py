@@ -1046,17 +1046,7 @@ def nystrom_krr(
     def cb(k, X, R):
         res = float((torch.linalg.vector_norm(R, dim=0) / r_norm).max())
         state["res"].append(res)
-        prev, R_prev = state["prev"], state["R_prev"]
-        dx = X if prev is None else X - prev
-        # energy of the step ||dx||_A^2 = dx^T (r_prev - r) (A dx = r_prev - r: no product
-        # with A); their sum over the last steps estimates ||x* - x||_A^2 from below
-        # (Hestenes-Stiefel), compared with the energy x^T b of the iterate
-        steps = state["steps"]
-        steps.append((dx * (R_prev - R)).sum(0).clamp_min(0))
-        energy = (X * rhs).sum(0).abs().clamp_min(1e-300)
-        change = float((torch.stack(tuple(steps)).sum(0) / energy).sqrt().max())
-        state["prev"], state["R_prev"] = X.clone(), R.clone()
-        state["small"] = state["small"] + 1 if change <= tol else 0
+        change = cg_energy_change(state, X, R, rhs, tol)
         if verbose:  # one estimate of the passes left, shown by the bar and the log line
             state["res_min"].append(min([res] + state["res_min"][-1:]))
             state["change_min"].append(min([change] + state["change_min"][-1:]))
@@ -1115,6 +1105,25 @@ def nystrom_krr(
                            best_iter=best_iter, total_weight=W, stopped_early=state["early"],
                            solver="cg", residual=float(res.residual_norms[-1]),
                            stop_reason=reason, tolerance=tol, history=[("cg", res.n_iter)])
+
+
+def cg_energy_change(state: dict, X: torch.Tensor, R: torch.Tensor, rhs: torch.Tensor,
+                     tol: float) -> float:
+    """Estimated relative error of a CG iterate in the energy norm, for the stopping rule.
+
+    The energy of a step is ||dx||_A^2 = dx^T (r_prev - r) (A dx = r_prev - r: no product with
+    A); the sum over the last ``state["steps"]`` (a bounded deque) estimates ||x* - x||_A^2 from
+    below (Hestenes-Stiefel) and is compared with the energy x^T b of the iterate. Updates
+    ``state``'s ``prev``, ``R_prev`` and ``small`` (consecutive passes at or below ``tol``).
+    """
+    dx = X if state["prev"] is None else X - state["prev"]
+    steps = state["steps"]
+    steps.append((dx * (state["R_prev"] - R)).sum(0).clamp_min(0))
+    energy = (X * rhs).sum(0).abs().clamp_min(1e-300)
+    change = float((torch.stack(tuple(steps)).sum(0) / energy).sqrt().max())
+    state["prev"], state["R_prev"] = X.clone(), R.clone()
+    state["small"] = state["small"] + 1 if change <= tol else 0
+    return change
 
 
 def _passes_left(res_min: list, change_min: list, tol: float, cap: int) -> int:

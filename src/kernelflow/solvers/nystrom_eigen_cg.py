@@ -50,8 +50,10 @@ from ..utils._finite import DivergenceError
 from ..utils._progress import progress
 from ..utils.monitor import EarlyStopping
 from .nystrom import (
+    _CHANGE_WINDOW,
     DEFAULT_TOL,
     NystromSolution,
+    cg_energy_change,
     nystrom_kernel_cache,
     nystrom_normal_matvec,
     nystrom_rhs,
@@ -66,8 +68,6 @@ logger = logging.getLogger(__name__)
 _F64 = torch.float64
 #: Largest default rank s of the preconditioner: setup M s^2 + s^3 flops, 3 M s floats
 DEFAULT_MAX_RANK = 1000
-#: CG steps whose energies are summed for the stopping rule's error estimate
-_CHANGE_WINDOW = 4
 
 
 def default_rank(n_centers: int, options: Options | None = None) -> int:
@@ -277,14 +277,7 @@ def nystrom_eigen_cg(
                    upper_bound=True)
 
     def cb(k, X, R):
-        # ||dx||_H^2 = dx^T (r_prev - r): the energies of the last steps estimate the energy
-        # norm of the error from below (Hestenes-Stiefel), against the energy x^T b
-        dx = X if state["prev"] is None else X - state["prev"]
-        state["steps"].append((dx * (state["R_prev"] - R)).sum(0).clamp_min(0))
-        energy = (X * b).sum(0).abs().clamp_min(1e-300)
-        change = float((torch.stack(tuple(state["steps"])).sum(0) / energy).sqrt().max())
-        state["prev"], state["R_prev"] = X.clone(), R.clone()
-        state["small"] = state["small"] + 1 if change <= tol else 0
+        change = cg_energy_change(state, X, R, b, tol)
         bar.set_postfix(change=f"{change:.1e}", refresh=False)
         bar.update()
         stop = False
