@@ -31,6 +31,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from .utils._params import param_names
+
 __all__ = ["ModelFileError", "MAX_KERNEL_PARTS", "check_attributes", "check_estimator",
            "check_object", "check_dataclass", "check_state_object", "kernel_parts"]
 
@@ -168,7 +170,7 @@ def check_attributes(cls: type, attrs: dict, where: str, *, state: bool) -> None
     ``setattr``; otherwise passed to the constructor, which checks its own names)."""
     slots = _slots(cls)
     allowed_plain = _constructor_attributes(cls) if state else set()
-    params = _param_names(cls)
+    params = param_names(cls)
     foreign = cls.__module__.startswith("sklearn.")
     for name, value in attrs.items():
         if foreign and _holds_callable(value):
@@ -192,17 +194,7 @@ def _is_estimator_class(cls: type) -> bool:
     return issubclass(cls, BaseEstimator)
 
 
-_PARAMS: dict = {}
 _CONSTRUCTOR_ATTRS: dict = {}
-
-
-def _param_names(cls: type) -> frozenset:
-    if cls not in _PARAMS:
-        try:
-            _PARAMS[cls] = frozenset(cls._get_param_names())  # type: ignore[attr-defined]
-        except Exception:  # noqa: BLE001 - not a scikit-learn style class
-            _PARAMS[cls] = frozenset()
-    return _PARAMS[cls]
 
 
 def _constructor_attributes(cls: type) -> frozenset:

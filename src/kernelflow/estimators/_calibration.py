@@ -92,4 +92,6 @@ def cross_validated_scores(
         if out is None:
             out = torch.zeros((len(fold),) + tuple(S.shape[1:]), dtype=torch.float64)
         out[torch.as_tensor(test)] = S
+    if out is None:
+        raise ValueError("fold must number at least one fold (0, 1, ...).")
     return out

@@ -154,7 +154,7 @@ class RecursiveAWV:
         self.w = np.zeros(self.r)
         self.refresh = int(refresh)
         self.count = 0
-        self._pending = None
+        self._pending: tuple[np.ndarray, np.ndarray, float] | None = None  # (v, u, 1 + q)
 
     def __atomic_copy__(self, memo):
         # The snapshot taken before each round (kernelflow.utils._atomic) copies A⁻¹ into one
@@ -170,8 +170,8 @@ class RecursiveAWV:
         new.A_inv = spare
         new.b, new.w = self.b.copy(), self.w.copy()
         if self._pending is not None:
-            new._pending = tuple(p.copy() if isinstance(p, np.ndarray) else p
-                                 for p in self._pending)
+            v, u, den = self._pending
+            new._pending = (v.copy(), u.copy(), den)
         return new
 
     def copy(self) -> RecursiveAWV:
@@ -181,8 +181,8 @@ class RecursiveAWV:
         new.A_inv = self.A_inv.copy(order="F")
         new.b, new.w = self.b.copy(), self.w.copy()
         if self._pending is not None:
-            new._pending = tuple(p.copy() if isinstance(p, np.ndarray) else p
-                                 for p in self._pending)
+            v, u, den = self._pending
+            new._pending = (v.copy(), u.copy(), den)
         return new
 
     def step(self, v: np.ndarray, y: float, awv: bool) -> tuple[float, RecursiveAWV]:
@@ -233,6 +233,8 @@ class RecursiveAWV:
         return yk / den if awv else yk
 
     def end(self, y: float) -> None:
+        if self._pending is None:
+            raise RuntimeError("end() called without a begin() before it")
         v, u, den = self._pending
         self._pending = None
         self.b += y * v

@@ -174,8 +174,9 @@ def status() -> str:
     >>> status().split(":")[0] in ("active", "unavailable")
     True
     """
-    if _library() is not None:
-        return f"active: {importlib.util.find_spec('kernelflow._paths').origin}"
+    spec = importlib.util.find_spec("kernelflow._paths") if _library() is not None else None
+    if spec is not None:
+        return f"active: {spec.origin}"
     return f"unavailable: {_REASON[-1] if _REASON else 'unknown reason'}"
 
 
@@ -294,7 +295,6 @@ def run_problems(method: str, K: torch.Tensor, Y: torch.Tensor, train: torch.Ten
                                         range(0, P, size)))
     if any(c != 0 for c in codes):
         raise MemoryError("kernelflow._paths could not allocate its scratch memory.")
-    out = (best, best_it, n_iter)
     if return_alpha:
-        out += (torch.from_numpy(alpha).to(K.device),)
-    return out
+        return best, best_it, n_iter, torch.from_numpy(alpha).to(K.device)
+    return best, best_it, n_iter

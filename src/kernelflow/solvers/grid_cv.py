@@ -363,12 +363,19 @@ def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out
                 bar.update(len(group))
 
 
-class _GridProduct:
-    """K_s a_b for rows b = (bandwidth s, fold f, penalty l) sharing one kernel per bandwidth.
+class _GridOperator:
+    """A batch of masked kernel operators: K_s a_b for rows b = (bandwidth s, fold f, penalty l)
+    sharing one kernel per bandwidth.
 
     Rows live on all n rows with zeros on the fold's validation rows; the product is masked back
     to the training rows. With every row active it is one batched GEMM
     ``(S, F L, n) @ (S, n, n)``; otherwise the active rows are gathered by bandwidth first.
+
+    It stands beside :class:`kernelflow.operators.LinearOperator` rather than under it because
+    it is not one matrix: each row of the batch meets its own matrix (its bandwidth's kernel,
+    masked by its fold), and which rows are present changes as rows stop (``rows``). The base
+    class describes a single ``(n, m)`` matrix with tiled products, transposes and blocks, none
+    of which apply to this per-row batch.
     """
 
     def __init__(self, K_all: torch.Tensor, train: torch.Tensor, L: int):
@@ -376,7 +383,7 @@ class _GridProduct:
         self.S, self.F = K_all.shape[0], train.shape[0]
         self.per = self.F * L
         self.row_train = train.repeat_interleave(L, 0)  # (F L, n)
-        self._key = None
+        self._key: torch.Tensor | None = None  # the active rows the gathered kernels are for
 
     def _bmm(self, A: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
         if A.device.type == "cpu" and not A.requires_grad:
@@ -568,7 +575,7 @@ def _penalized_scores(X, y, kernels, penalty, solver, accelerated, step_size, ma
     for si in progress(range(len(kernels)), desc=f"K{penalty}R grid", verbose=verbose,
                        unit="bandwidth"):
         K = kernels[si](X, X)[None]  # (1, n, n)
-        matvec = _GridProduct(K, train, L)
+        matvec = _GridOperator(K, train, L)
         if step_size is None:
             top = float(torch.linalg.eigvalsh(K[0])[-1])
             e = 1.0 / top if top > 0 else 1.0
@@ -602,7 +609,7 @@ def _published_scores(X, y, kernels, penalty, step_size, max_iter, train, weight
         ks = list(range(s0, min(S, s0 + block)))
         K_all = torch.stack([kernels[si](X, X) for si in ks])  # (b, n, n)
         b = len(ks)
-        matvec = _GridProduct(K_all, train, L)
+        matvec = _GridOperator(K_all, train, L)
         eta = torch.full((b * per, 1), eta0, dtype=X.dtype, device=X.device)
         A, its = _published_ista(matvec, Y.repeat(b, 1), lam_rows.repeat(b)[:, None], penalty,
                                  eta, m_rows.repeat(b), int(max_iter))

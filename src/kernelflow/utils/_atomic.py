@@ -31,9 +31,12 @@ import contextlib
 import copy
 import functools
 import threading
+from typing import Any
 
 import numpy as np
 import torch
+
+from ._params import param_names
 
 __all__ = ["AtomicFitMixin", "all_or_nothing", "atomic_fit", "finite_output",
            "fitted_state_keys"]
@@ -54,21 +57,6 @@ def _active_ids() -> set:
     return ids
 
 
-_PARAM_NAMES: dict = {}
-
-
-def _param_names(est) -> frozenset:
-    t = type(est)
-    names = _PARAM_NAMES.get(t)
-    if names is None:
-        try:
-            names = frozenset(est._get_param_names())
-        except (AttributeError, RuntimeError, TypeError):  # not a scikit-learn estimator
-            names = frozenset()
-        _PARAM_NAMES[t] = names
-    return names
-
-
 def fitted_state_keys(est) -> list:
     """Names in ``est.__dict__`` that are fitted state rather than parameters or configuration.
 
@@ -76,7 +64,7 @@ def fitted_state_keys(est) -> list:
     (``_sklearn_output_config``, ``_metadata_request``, ``_skl_callbacks``,
     ``_parent_callback_ctx``...) are not fitted state.
     """
-    params = _param_names(est)
+    params = param_names(type(est))
     return [k for k in est.__dict__ if k not in params and not k.startswith(_SKLEARN_PRIVATE)]
 
 
@@ -95,11 +83,15 @@ _ATOMS = (type(None), bool, int, float, complex, str, bytes, range, type, frozen
 _MISSING = object()
 
 
+#: ``object.__getstate__`` (Python 3.11 and later; None before, when classes inherit none)
+_DEFAULT_GETSTATE = getattr(object, "__getstate__", None)
+
+
 def _plain(t) -> bool:
     """Objects copied field by field: plain ``__dict__`` classes with default pickling."""
     return (getattr(t, "__deepcopy__", None) is None and "__slots__" not in t.__dict__
             and t.__reduce_ex__ is object.__reduce_ex__ and t.__reduce__ is object.__reduce__
-            and getattr(t, "__getstate__", object.__getstate__) is object.__getstate__
+            and getattr(t, "__getstate__", _DEFAULT_GETSTATE) is _DEFAULT_GETSTATE
             and getattr(t, "__setstate__", None) is None)
 
 
@@ -114,7 +106,7 @@ def state_copy(obj, memo: dict):
     r = memo.get(id(obj), _MISSING)
     if r is not _MISSING:
         return r
-    t = type(obj)
+    t: Any = type(obj)  # any class: the plain ones are rebuilt with their own __new__
     if t in _ATOMS:
         return obj
     if t is np.ndarray:
@@ -156,7 +148,7 @@ def _snapshot(est, deep: bool) -> dict:
         return saved
     # parameters are never mutated by a fit and may hold objects that cannot be copied
     # (callbacks, open resources): keep them by identity
-    params = _param_names(est)
+    params = param_names(type(est))
     memo = {id(v): v for k, v in saved.items() if k in params}
     # fitted attributes a class declares as replaced, never mutated in place, once created
     # (feature maps, frequencies, key lists): kept by identity, so that a continuing call such
@@ -198,7 +190,7 @@ def _tree_snapshot(est, memo: dict, seen: set, saved: list) -> None:
     if id(est) in seen:
         return
     seen.add(id(est))
-    params = _param_names(est)
+    params = param_names(type(est))
     state = dict(est.__dict__)
     for k in fitted_state_keys(est):
         state[k] = state_copy(state[k], memo)
@@ -331,7 +323,7 @@ def atomic_fit(method, name: str | None = None):
         finally:
             ids.discard(key)
 
-    wrapper.__kernelflow_atomic__ = True
+    vars(wrapper)["__kernelflow_atomic__"] = True  # a marker the wrapper type does not declare
     return wrapper
 
 
@@ -352,7 +344,7 @@ def finite_output(method, name: str | None = None):
         check_finite_output(type(self).__name__, out, name or method.__name__)
         return out
 
-    wrapper.__kernelflow_finite__ = True
+    vars(wrapper)["__kernelflow_finite__"] = True  # a marker the wrapper type does not declare
     return wrapper
 
 
