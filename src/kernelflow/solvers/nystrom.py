@@ -801,6 +801,7 @@ def nystrom_krr(
     callback=None,
     verbose: int = 0,
     checkpoint: Checkpoint | None = None,
+    moments: tuple[float, torch.Tensor, int] | None = None,
 ) -> NystromSolution:
     """Solve the Nyström normal equations (1) by (preconditioned) conjugate gradients or directly.
 
@@ -859,6 +860,9 @@ def nystrom_krr(
         K_nM); CG's passes with the residual and the change, the expected count revised from
         the rates at which they fall (:func:`_passes_left`). > 1 also logs one line per CG
         pass at INFO level.
+    moments : tuple (float, tensor of shape (t,), int), optional
+        :func:`source_moments` of ``source`` (total weight, weighted target sum, row count), when
+        the caller already has them: the solver then skips that pass over the rows.
 
     Returns
     -------
@@ -889,7 +893,8 @@ def nystrom_krr(
     C = centers.to(_F64)
     M, t = C.shape[0], source.n_outputs
     _check_centre_memory(M, options)
-    W, _, n_rows = source_moments(source, block_size=block_size)
+    W, _, n_rows = moments if moments is not None else source_moments(source,
+                                                                       block_size=block_size)
     if not W > 0:
         raise ValueError("the total sample weight must be positive.")
     lam = float(alpha) / W

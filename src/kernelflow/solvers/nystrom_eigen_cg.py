@@ -169,13 +169,14 @@ def nystrom_eigen_cg(
     callback=None,
     verbose: int = 0,
     random_state: int = 0,
+    moments: tuple[float, torch.Tensor, int] | None = None,
 ) -> NystromSolution:
     """Solve (1) by conjugate gradients with the rank-s eigen-preconditioner (2).
 
     Parameters
     ----------
     source, kernel, centers, alpha, y_offset, coef0, max_iter, validation, n_iter_no_change,
-    dtype, options, block_size, store_kernel, callback, verbose
+    dtype, options, block_size, store_kernel, callback, verbose, moments
         As in :func:`kernelflow.solvers.nystrom.nystrom_krr`.
     rank : int, optional
         Number s of centres the preconditioner is built from (default :func:`default_rank`).
@@ -222,7 +223,7 @@ def nystrom_eigen_cg(
         raise ValueError(f"rank must be >= 1, got {rank}.")
     C = centers.to(_F64)
     M, t = C.shape[0], source.n_outputs
-    W, _, _ = source_moments(source, block_size=block_size)
+    W, _, _ = moments if moments is not None else source_moments(source, block_size=block_size)
     if not W > 0:
         raise ValueError("the total sample weight must be positive.")
     lam = float(alpha) / W

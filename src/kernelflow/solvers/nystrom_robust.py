@@ -259,6 +259,7 @@ def nystrom_robust(
     callback=None,
     verbose: int = 0,
     checkpoint: Checkpoint | None = None,
+    moments: tuple[float, torch.Tensor, int] | None = None,
 ) -> RobustSolution:
     """Minimise the Nyström objective (1) by streamed (sign-)gradient descent.
 
@@ -311,6 +312,9 @@ def nystrom_robust(
         > 0 shows progress over passes (:func:`kernelflow.utils.progress.progress`): at most
         ``max_iter``; with the adaptive step, the passes expected until the decrease falls
         below ``tol`` at its recent rate.
+    moments : tuple (float, tensor of shape (t,), int), optional
+        :func:`~kernelflow.solvers.nystrom.source_moments` of ``source`` (total weight, weighted
+        target sum, row count), when the caller already has them: that pass is then skipped.
 
     Returns
     -------
@@ -340,7 +344,8 @@ def nystrom_robust(
         raise ValueError("the training source has no targets.")
     C = centers.to(_F64)
     M, t = C.shape[0], source.n_outputs
-    W, ysum, _ = source_moments(source, block_size=block_size)
+    W, ysum, _ = moments if moments is not None else source_moments(source,
+                                                                     block_size=block_size)
     if not W > 0:
         raise ValueError("the total sample weight must be positive.")
     lam = float(alpha) / W
