@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..utils.folds import _check_count, _legacy_rng, kfold_indices
+
 __all__ = [
     "make_sparse_peak",
     "make_robust_sine",
@@ -30,22 +32,6 @@ __all__ = [
 ]
 
 _X_MAX = 10.0
-
-
-def _legacy_rng(random_state) -> np.random.RandomState:
-    if isinstance(random_state, np.random.RandomState):
-        return random_state
-    if random_state is None or isinstance(random_state, (int, np.integer)):
-        return np.random.RandomState(random_state)
-    raise TypeError(
-        f"random_state must be None, an int or a numpy RandomState, got {type(random_state)!r}"
-    )
-
-
-def _check_count(name: str, value: int, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def make_sparse_peak(n_samples=100, *, noise=0.1, n_test=1000, random_state=None):
@@ -228,35 +214,3 @@ def subsample_protocol(
         y_s *= 1.0 + cauchy_scale * np.abs(rng.standard_cauchy(y_s.shape))
     n_train = int(round(train_size * n_samples))
     return X_s[:n_train], X_s[n_train:], y_s[:n_train], y_s[n_train:]
-
-
-def kfold_indices(n_samples, n_folds=10, *, random_state=None):
-    """Fold index arrays as the papers build them: ``array_split(permutation(n), n_folds)``.
-
-    The same folds serve every method and every grid point, so the comparison is paired.
-
-    Parameters
-    ----------
-    n_samples : int
-        Number of rows to split.
-    n_folds : int, default=10
-        Number of folds (2 <= n_folds <= n_samples).
-    random_state : int, RandomState or None, default=None
-        Seed of the permutation.
-
-    Returns
-    -------
-    folds : list of ndarray
-        Validation indices of each fold.
-
-    Examples
-    --------
-    >>> [len(f) for f in kfold_indices(23, 5, random_state=0)]
-    [5, 5, 5, 4, 4]
-    """
-    n_samples = _check_count("n_samples", n_samples, 2)
-    n_folds = _check_count("n_folds", n_folds, 2)
-    if n_folds > n_samples:
-        raise ValueError(f"n_folds={n_folds} exceeds n_samples={n_samples}")
-    perm = _legacy_rng(random_state).permutation(n_samples)
-    return [np.sort(f) for f in np.array_split(perm, n_folds)]

@@ -17,7 +17,6 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..datasets._allerbo import kfold_indices
 from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..distributed.cv import cv_solver
 from ..kernels import Kernel, make_kernel, median_heuristic
@@ -30,6 +29,7 @@ from ..typing import ArrayLike, Output
 from ..utils._finite import DivergenceError
 from ..utils._threads import threads_for
 from ..utils._validation import check_X_y
+from ..utils.folds import kfold_indices
 from ._base import (
     PRECOMPUTED,
     PRECOMPUTED_KERNEL_CONSTRAINTS,
