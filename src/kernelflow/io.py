@@ -70,6 +70,7 @@ import os
 import re
 import struct
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -723,7 +724,7 @@ class _Reader:
             raise ModelFileError("malformed shape in the metadata")
         return tuple(_int(s, "a dimension") for s in shape)
 
-    def decode(self, node: Any) -> Any:  # noqa: C901 - one branch per node type
+    def decode(self, node: Any) -> Any:
         self.nodes += 1
         if self.nodes > _MAX_NODES:
             raise ModelFileError(f"the metadata holds more than {_MAX_NODES} values")
@@ -732,143 +733,187 @@ class _Reader:
         if not isinstance(node, dict) or "type" not in node:
             raise ModelFileError(f"malformed metadata node {str(node)[:80]!r}")
         kind = node["type"]
-        if kind == "float":
-            value = float(str(node["value"]))
-            if math.isfinite(value):
-                raise ModelFileError("malformed float node")
-            return value
-        if kind == "tensor":
-            arr = self.array(node["key"])
-            name = node.get("dtype")
-            dtype = _TORCH_DTYPES.get(name) if isinstance(name, str) else None
-            if dtype is None:
-                raise ModelFileError(f"unsupported tensor dtype {str(name)[:40]!r}")
-            if not arr.dtype.isnative:
-                raise ModelFileError(f"tensor {node['key']} is not stored in native byte order")
-            self._spend(arr.nbytes, f"tensor {node['key']}")
-            t = torch.from_numpy(arr.copy(order="K"))
-            t = t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
-            if t.dtype != dtype:
+        decoder = _Reader._DECODERS.get(kind) if isinstance(kind, str) else None
+        if decoder is None:
+            raise ModelFileError(f"unknown metadata node type {str(kind)[:40]!r}")
+        return decoder(self, node, kind)
+
+    # One decoder a node type, each ``(self, node, kind) -> value`` (table below).
+
+    def _decode_float(self, node: dict, kind: str) -> float:
+        value = float(str(node["value"]))
+        if math.isfinite(value):
+            raise ModelFileError("malformed float node")
+        return value
+
+    def _decode_tensor(self, node: dict, kind: str) -> torch.Tensor:
+        arr = self.array(node["key"])
+        name = node.get("dtype")
+        dtype = _TORCH_DTYPES.get(name) if isinstance(name, str) else None
+        if dtype is None:
+            raise ModelFileError(f"unsupported tensor dtype {str(name)[:40]!r}")
+        if not arr.dtype.isnative:
+            raise ModelFileError(f"tensor {node['key']} is not stored in native byte order")
+        self._spend(arr.nbytes, f"tensor {node['key']}")
+        t = torch.from_numpy(arr.copy(order="K"))
+        t = t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+        if t.dtype != dtype:
+            raise ModelFileError(
+                f"tensor {node['key']}: stored as {t.dtype}, metadata says {dtype}"
+            )
+        return t if self.device is None else t.to(self.device)
+
+    def _decode_ndarray(self, node: dict, kind: str) -> Any:  # also the NumPy scalars
+        self._spend(self.array(node["key"]).nbytes, f"array {node['key']}")
+        arr = self.array(node["key"]).copy(order="K")
+        if kind == "numpy_scalar":
+            if arr.ndim != 0:
+                raise ModelFileError("a NumPy scalar must be stored as a 0-d array")
+            return arr[()]
+        return arr
+
+    def _decode_str_array(self, node: dict, kind: str) -> np.ndarray:
+        spec = node["dtype"]
+        str_dtype: Any
+        if spec == "object":
+            str_dtype = object
+        elif isinstance(spec, str) and re.fullmatch(r"[<>|]?[US][0-9]{1,6}", spec):
+            str_dtype = np.dtype(spec)
+        else:
+            raise ModelFileError(f"unsupported string array dtype {str(spec)[:40]!r}")
+        values, shape = node["values"], self._shape(node)
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ModelFileError("string array: values must be strings")
+        if math.prod(shape) != len(values):
+            raise ModelFileError("string array: shape does not match the number of values")
+        if str_dtype is not object:
+            # a fixed width is allocated for every value: 4 bytes a character for "U"
+            longest = max((len(v) for v in values), default=0)
+            if not longest <= str_dtype.itemsize // (4 if str_dtype.kind == "U" else 1) <= \
+                    max(longest, _MAX_STR_WIDTH):
                 raise ModelFileError(
-                    f"tensor {node['key']}: stored as {t.dtype}, metadata says {dtype}"
+                    f"string array: dtype {spec} does not fit values of at most {longest} "
+                    "characters"
                 )
-            return t if self.device is None else t.to(self.device)
-        if kind in ("ndarray", "numpy_scalar"):
-            self._spend(self.array(node["key"]).nbytes, f"array {node['key']}")
-            arr = self.array(node["key"]).copy(order="K")
-            if kind == "numpy_scalar":
-                if arr.ndim != 0:
-                    raise ModelFileError("a NumPy scalar must be stored as a 0-d array")
-                return arr[()]
-            return arr
-        if kind == "str_array":
-            spec = node["dtype"]
-            str_dtype: Any
-            if spec == "object":
-                str_dtype = object
-            elif isinstance(spec, str) and re.fullmatch(r"[<>|]?[US][0-9]{1,6}", spec):
-                str_dtype = np.dtype(spec)
-            else:
-                raise ModelFileError(f"unsupported string array dtype {str(spec)[:40]!r}")
-            values, shape = node["values"], self._shape(node)
-            if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-                raise ModelFileError("string array: values must be strings")
-            if math.prod(shape) != len(values):
-                raise ModelFileError("string array: shape does not match the number of values")
-            if str_dtype is not object:
-                # a fixed width is allocated for every value: 4 bytes a character for "U"
-                longest = max((len(v) for v in values), default=0)
-                if not longest <= str_dtype.itemsize // (4 if str_dtype.kind == "U" else 1) <= \
-                        max(longest, _MAX_STR_WIDTH):
-                    raise ModelFileError(
-                        f"string array: dtype {spec} does not fit values of at most {longest} "
-                        "characters"
-                    )
-            self._spend(len(values) * (8 if str_dtype is object else str_dtype.itemsize)
-                        + sum(len(v) for v in values), "a string array")
-            return np.array(values, dtype=str_dtype).reshape(shape)
-        if kind == "object_array":
-            shape = self._shape(node)
-            self._spend(8 * len(self._list(node["items"])), "an object array")
-            items = [self.decode(v) for v in self._list(node["items"])]
-            if math.prod(shape) != len(items):
-                raise ModelFileError("object array: shape does not match the number of items")
-            out = np.empty(len(items), dtype=object)
-            for i, v in enumerate(items):  # element-wise: items may be lists themselves
-                out[i] = v
-            return out.reshape(shape)
-        if kind in ("list", "tuple", "set"):
-            items = [self.decode(v) for v in self._list(node["items"])]
-            return {"list": list, "tuple": tuple, "set": set}[kind](items)
-        if kind == "dict":
-            mapping: dict = {}
-            for pair in self._list(node["items"]):
-                if not isinstance(pair, list) or len(pair) != 2:
-                    raise ModelFileError("dict items must be [key, value] pairs")
-                if not isinstance(pair[0], _KEY_TYPES):
-                    raise ModelFileError("dict keys must be str, int, float, bool or null")
-                mapping[pair[0]] = self.decode(pair[1])
-            return mapping
-        if kind == "torch_dtype":
-            if not isinstance(node["value"], str) or node["value"] not in _TORCH_DTYPES:
-                raise ModelFileError(f"unknown torch dtype {str(node['value'])[:40]!r}")
-            return _TORCH_DTYPES[node["value"]]
-        if kind == "torch_device":
-            value = node["value"]
-            if not isinstance(value, str) or not re.fullmatch(r"(cpu|cuda|mps|meta)(:\d{1,3})?",
-                                                              value):
-                raise ModelFileError(f"unknown torch device {str(value)[:40]!r}")
-            return torch.device(value)
-        if kind == "numpy_dtype":
-            value = node["value"]
-            if not isinstance(value, str) or (value not in _ARRAY_DTYPES
-                                              and not re.fullmatch(r"[<>|][US][0-9]{1,3}", value)):
-                raise ModelFileError(f"unsupported NumPy dtype {str(value)[:40]!r}")
-            return np.dtype(value)
-        if kind == "random_state":
-            keys = self.decode(node["keys"])
-            state = self._list(node["state"])
-            if (not isinstance(keys, np.ndarray) or keys.dtype != np.uint32
-                    or keys.shape != (624,) or len(state) != 4 or state[0] != "MT19937"):
-                raise ModelFileError("malformed RandomState")
-            name, pos, has_gauss, cached = state
-            rs = np.random.RandomState()
-            rs.set_state((name, keys, _int(pos, "RandomState position", 0, 624),
-                          _int(has_gauss, "RandomState flag", 0, 1), float(cached)))
-            return rs
-        if kind == "estimator":
-            return self.estimator(node)
-        if kind == "object":
-            cls = self.cls(node["class"], "object")
-            params = self._kwargs(node["params"])
-            _trust.check_attributes(cls, params, cls.__name__, state=False)
-            obj = cls(**params)
-            _trust.check_object(obj, cls.__name__)
-            return obj
-        if kind == "dataclass":
-            cls = self.cls(node["class"], "dataclass")
-            fields = self._kwargs(node["fields"])
-            _trust.check_attributes(cls, fields, cls.__name__, state=False)
-            obj = cls(**fields)
-            _trust.check_dataclass(obj, cls.__name__)
-            return obj
-        if kind == "torch_generator":
-            state = self.decode(node["state"])
-            if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
-                raise ModelFileError("malformed torch generator state")
-            gen = torch.Generator()
-            gen.set_state(state.cpu())
-            return gen
-        if kind == "state_object":
-            state_cls: Any = self.cls(node["class"], "state_object")
-            attrs = self._kwargs(node["state"])
-            _trust.check_attributes(state_cls, attrs, state_cls.__name__, state=True)
-            obj = state_cls.__new__(state_cls)
-            for k, v in attrs.items():
-                object.__setattr__(obj, k, v)
-            _trust.check_state_object(obj, state_cls.__name__)
-            return obj
-        raise ModelFileError(f"unknown metadata node type {str(kind)[:40]!r}")
+        self._spend(len(values) * (8 if str_dtype is object else str_dtype.itemsize)
+                    + sum(len(v) for v in values), "a string array")
+        return np.array(values, dtype=str_dtype).reshape(shape)
+
+    def _decode_object_array(self, node: dict, kind: str) -> np.ndarray:
+        shape = self._shape(node)
+        self._spend(8 * len(self._list(node["items"])), "an object array")
+        items = [self.decode(v) for v in self._list(node["items"])]
+        if math.prod(shape) != len(items):
+            raise ModelFileError("object array: shape does not match the number of items")
+        out = np.empty(len(items), dtype=object)
+        for i, v in enumerate(items):  # element-wise: items may be lists themselves
+            out[i] = v
+        return out.reshape(shape)
+
+    def _decode_sequence(self, node: dict, kind: str) -> list | tuple | set:
+        items = [self.decode(v) for v in self._list(node["items"])]
+        return {"list": list, "tuple": tuple, "set": set}[kind](items)
+
+    def _decode_dict(self, node: dict, kind: str) -> dict:
+        mapping: dict = {}
+        for pair in self._list(node["items"]):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ModelFileError("dict items must be [key, value] pairs")
+            if not isinstance(pair[0], _KEY_TYPES):
+                raise ModelFileError("dict keys must be str, int, float, bool or null")
+            mapping[pair[0]] = self.decode(pair[1])
+        return mapping
+
+    def _decode_torch_dtype(self, node: dict, kind: str) -> torch.dtype:
+        if not isinstance(node["value"], str) or node["value"] not in _TORCH_DTYPES:
+            raise ModelFileError(f"unknown torch dtype {str(node['value'])[:40]!r}")
+        return _TORCH_DTYPES[node["value"]]
+
+    def _decode_torch_device(self, node: dict, kind: str) -> torch.device:
+        value = node["value"]
+        if not isinstance(value, str) or not re.fullmatch(r"(cpu|cuda|mps|meta)(:\d{1,3})?",
+                                                          value):
+            raise ModelFileError(f"unknown torch device {str(value)[:40]!r}")
+        return torch.device(value)
+
+    def _decode_numpy_dtype(self, node: dict, kind: str) -> np.dtype:
+        value = node["value"]
+        if not isinstance(value, str) or (value not in _ARRAY_DTYPES
+                                          and not re.fullmatch(r"[<>|][US][0-9]{1,3}", value)):
+            raise ModelFileError(f"unsupported NumPy dtype {str(value)[:40]!r}")
+        return np.dtype(value)
+
+    def _decode_random_state(self, node: dict, kind: str) -> np.random.RandomState:
+        keys = self.decode(node["keys"])
+        state = self._list(node["state"])
+        if (not isinstance(keys, np.ndarray) or keys.dtype != np.uint32
+                or keys.shape != (624,) or len(state) != 4 or state[0] != "MT19937"):
+            raise ModelFileError("malformed RandomState")
+        name, pos, has_gauss, cached = state
+        rs = np.random.RandomState()
+        rs.set_state((name, keys, _int(pos, "RandomState position", 0, 624),
+                      _int(has_gauss, "RandomState flag", 0, 1), float(cached)))
+        return rs
+
+    def _decode_estimator(self, node: dict, kind: str) -> Any:
+        return self.estimator(node)
+
+    def _decode_object(self, node: dict, kind: str) -> Any:
+        cls = self.cls(node["class"], "object")
+        params = self._kwargs(node["params"])
+        _trust.check_attributes(cls, params, cls.__name__, state=False)
+        obj = cls(**params)
+        _trust.check_object(obj, cls.__name__)
+        return obj
+
+    def _decode_dataclass(self, node: dict, kind: str) -> Any:
+        cls = self.cls(node["class"], "dataclass")
+        fields = self._kwargs(node["fields"])
+        _trust.check_attributes(cls, fields, cls.__name__, state=False)
+        obj = cls(**fields)
+        _trust.check_dataclass(obj, cls.__name__)
+        return obj
+
+    def _decode_torch_generator(self, node: dict, kind: str) -> torch.Generator:
+        state = self.decode(node["state"])
+        if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8:
+            raise ModelFileError("malformed torch generator state")
+        gen = torch.Generator()
+        gen.set_state(state.cpu())
+        return gen
+
+    def _decode_state_object(self, node: dict, kind: str) -> Any:
+        state_cls: Any = self.cls(node["class"], "state_object")
+        attrs = self._kwargs(node["state"])
+        _trust.check_attributes(state_cls, attrs, state_cls.__name__, state=True)
+        obj = state_cls.__new__(state_cls)
+        for k, v in attrs.items():
+            object.__setattr__(obj, k, v)
+        _trust.check_state_object(obj, state_cls.__name__)
+        return obj
+
+    #: node type -> decoder; a type not listed is refused
+    _DECODERS: dict[str, Callable[[_Reader, dict, str], Any]] = {
+        "float": _decode_float,
+        "tensor": _decode_tensor,
+        "ndarray": _decode_ndarray,
+        "numpy_scalar": _decode_ndarray,
+        "str_array": _decode_str_array,
+        "object_array": _decode_object_array,
+        "list": _decode_sequence,
+        "tuple": _decode_sequence,
+        "set": _decode_sequence,
+        "dict": _decode_dict,
+        "torch_dtype": _decode_torch_dtype,
+        "torch_device": _decode_torch_device,
+        "numpy_dtype": _decode_numpy_dtype,
+        "random_state": _decode_random_state,
+        "estimator": _decode_estimator,
+        "object": _decode_object,
+        "dataclass": _decode_dataclass,
+        "torch_generator": _decode_torch_generator,
+        "state_object": _decode_state_object,
+    }
 
     @staticmethod
     def _list(value) -> list:
