@@ -347,7 +347,7 @@ def _array(est, name: str, dtype, ndim: int, where: str) -> np.ndarray:
     return value
 
 
-def _check_libsvm(est: Any, where: str) -> None:  # noqa: C901 - one check per array
+def _check_libsvm(est: Any, where: str) -> None:
     """The arrays ``libsvm.predict`` reads through raw pointers, checked as libsvm assumes them.
 
     A forged ``SVC`` state (an index past the training rows, support counts that do not add
@@ -370,6 +370,22 @@ def _check_libsvm(est: Any, where: str) -> None:  # noqa: C901 - one check per a
     intercept = _array(est, "_intercept_", np.float64, 1, where)
     prob_a = _array(est, "_probA", np.float64, 1, where)
     prob_b = _array(est, "_probB", np.float64, 1, where)
+    n_sv = _check_libsvm_support(est, where, kernel, support, sv)
+    regression, n_class = _check_libsvm_classes(est, where, n_support, n_sv)
+    _check_libsvm_coefficients(est, where, regression, n_class, n_sv, dual, intercept,
+                               prob_a, prob_b)
+    gamma = _real(getattr(est, "_gamma", None))
+    if not (gamma is not None and math.isfinite(gamma) and gamma >= 0):
+        _fail(where, "_gamma must be a finite non-negative number")
+    cache = _real(est.cache_size)
+    if not (cache is not None and 0 < cache and cache * 2**20 <= _memory_cap()):
+        _fail(where, "cache_size exceeds the memory budget")
+    _check_libsvm_public(est, where, not regression and n_class == 2, dual, intercept)
+
+
+def _check_libsvm_support(est: Any, where: str, kernel: Any, support: np.ndarray,
+                          sv: np.ndarray) -> int:
+    """The training shape, the support vectors and their row indices; returns their number."""
     shape_fit: Any = getattr(est, "shape_fit_", None)
     if (not isinstance(shape_fit, tuple) or len(shape_fit) != 2
             or not all(_int(s) is not None and s >= 0 for s in shape_fit)):
@@ -387,21 +403,34 @@ def _check_libsvm(est: Any, where: str) -> None:  # noqa: C901 - one check per a
         _fail(where, "n_features_in_ does not match shape_fit_")
     if n_sv and (support.min() < 0 or support.max() >= n_rows):
         _fail(where, f"support_ indexes rows outside [0, {n_rows})")
+    return n_sv
+
+
+def _check_libsvm_classes(est: Any, where: str, n_support: np.ndarray,
+                          n_sv: int) -> tuple[bool, int]:
+    """The support counts per class; returns (regression or one-class model, number of
+    classes, 2 for a regression)."""
     regression = est._impl in ("epsilon_svr", "nu_svr", "one_class")
     if regression:
-        n_class = 2
         if n_support.shape != (2,) or not (n_support == n_sv).all():
             _fail(where, "_n_support must be [n_SV, n_SV] for a regression or one-class model")
-    else:
-        n_class = len(n_support)
-        classes = getattr(est, "classes_", None)
-        if n_class < 2 or not isinstance(classes, np.ndarray) or classes.shape != (n_class,):
-            _fail(where, "_n_support and classes_ must list the same (at least two) classes")
-        if (n_support < 0).any() or int(n_support.sum(dtype=np.int64)) != n_sv:
-            _fail(where, "_n_support does not add up to the number of support vectors")
-        weights = getattr(est, "class_weight_", None)
-        if not isinstance(weights, np.ndarray) or weights.shape != (n_class,):
-            _fail(where, "class_weight_ must hold one weight per class")
+        return True, 2
+    n_class = len(n_support)
+    classes = getattr(est, "classes_", None)
+    if n_class < 2 or not isinstance(classes, np.ndarray) or classes.shape != (n_class,):
+        _fail(where, "_n_support and classes_ must list the same (at least two) classes")
+    if (n_support < 0).any() or int(n_support.sum(dtype=np.int64)) != n_sv:
+        _fail(where, "_n_support does not add up to the number of support vectors")
+    weights = getattr(est, "class_weight_", None)
+    if not isinstance(weights, np.ndarray) or weights.shape != (n_class,):
+        _fail(where, "class_weight_ must hold one weight per class")
+    return False, n_class
+
+
+def _check_libsvm_coefficients(est: Any, where: str, regression: bool, n_class: int, n_sv: int,
+                               dual: np.ndarray, intercept: np.ndarray, prob_a: np.ndarray,
+                               prob_b: np.ndarray) -> None:
+    """The shapes of the dual coefficients, intercepts and probability calibration."""
     pairs = 1 if regression else n_class * (n_class - 1) // 2
     if dual.shape != (n_class - 1, n_sv):
         _fail(where, f"_dual_coef_ has shape {dual.shape}, expected ({n_class - 1}, {n_sv})")
@@ -411,14 +440,12 @@ def _check_libsvm(est: Any, where: str) -> None:  # noqa: C901 - one check per a
         _fail(where, "_probA and _probB must both be empty or hold one value per class pair")
     if getattr(est, "_effective_probability", False) and len(prob_a) == 0:
         _fail(where, "probability estimates are switched on but _probA is empty")
-    gamma = _real(getattr(est, "_gamma", None))
-    if not (gamma is not None and math.isfinite(gamma) and gamma >= 0):
-        _fail(where, "_gamma must be a finite non-negative number")
-    cache = _real(est.cache_size)
-    if not (cache is not None and 0 < cache and cache * 2**20 <= _memory_cap()):
-        _fail(where, "cache_size exceeds the memory budget")
-    # the public copies scikit-learn derives from the private arrays at fit
-    flip = not regression and n_class == 2
+
+
+def _check_libsvm_public(est: Any, where: str, flip: bool, dual: np.ndarray,
+                         intercept: np.ndarray) -> None:
+    """The public copies scikit-learn derives from the private arrays at fit (sign flipped for
+    two classes), and a completed fit."""
     public_dual = getattr(est, "dual_coef_", None)
     public_intercept = getattr(est, "intercept_", None)
     if not (isinstance(public_dual, np.ndarray)
