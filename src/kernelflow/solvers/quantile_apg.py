@@ -37,6 +37,7 @@ the functions are batch-agnostic (K of shape (..., n, n), y (..., n), lambda and
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -143,6 +144,204 @@ def _exact_kkt(K, y, f_res, lam, tau, delta, fit_intercept, n):
     return coef, b, ok
 
 
+class _StageProblems:
+    """The problems of one smoothing stage in the eigenbasis of their kernels: the smoothed
+    objective, the predictions and the majoriser step M^{-1} grad F, for the rows present."""
+
+    def __init__(self, U, s, keep, c, yw, lam1, tw, dlt: float, fit_intercept: bool):
+        self.U, self.s, self.keep, self.c = U, s, keep, c  # (B, n, n), (B, n), (B, n), (B, n)
+        self.yw, self.lam1, self.tw = yw, lam1, tw  # (B, n), (B, 1), (B, 1)
+        self.dlt, self.fit_intercept = dlt, fit_intercept
+        self.n = U.shape[-1]
+        self.inv_nd = 1.0 / (self.n * dlt)
+
+    def take(self, pos: torch.Tensor) -> _StageProblems:
+        """The same stage restricted to rows ``pos``."""
+        return _StageProblems(self.U[pos], self.s[pos], self.keep[pos], self.c[pos],
+                              self.yw[pos], self.lam1[pos], self.tw[pos], self.dlt,
+                              self.fit_intercept)
+
+    def predictions(self, a_, b_):
+        return b_.unsqueeze(-1) + torch.bmm(self.U, (self.s * a_).unsqueeze(-1))[..., 0]
+
+    def objective(self, f_, a_):
+        return (smoothed_check_loss(self.yw - f_, self.tw, self.dlt).mean(-1)
+                + 0.5 * self.lam1[:, 0] * (self.s * a_ * a_).sum(-1))
+
+    def step(self, a_, b_, f_):
+        """M^{-1} grad F at (a_, b_); returns (da, db, df), df the change of predictions."""
+        n, s, keep, c, lam1, inv_nd = self.n, self.s, self.keep, self.c, self.lam1, self.inv_nd
+        g = torch.clamp((self.yw - f_) / self.dlt, min=self.tw - 1, max=self.tw)
+        gU = torch.bmm(g.unsqueeze(-2), self.U)[:, 0]
+        den = inv_nd * s + lam1
+        q = torch.where(keep, (lam1 * a_ - gU / n) / den, torch.zeros_like(a_))
+        if self.fit_intercept:
+            grad_b = -g.sum(-1) / n
+            schur = inv_nd * n - inv_nd**2 * (c * c * s / den).sum(-1)
+            db = (grad_b - inv_nd * (c * s * q).sum(-1)) / schur
+            da = q - torch.where(keep, inv_nd * c * db.unsqueeze(-1) / den,
+                                 torch.zeros_like(q))
+        else:
+            db = torch.zeros_like(b_)
+            da = q
+        return da, db, self.predictions(da, db)
+
+
+@dataclass
+class _Problems:
+    """Every problem of the batch flattened to one row, with its kernel's eigendecomposition."""
+
+    batch: torch.Size
+    kidx: torch.Tensor  # (B,) the kernel of each problem
+    y: torch.Tensor  # (B, n)
+    lam: torch.Tensor  # (B,)
+    tau: torch.Tensor  # (B, 1)
+    s: torch.Tensor  # (nk, n) eigenvalues, the negligible ones set to zero
+    keep: torch.Tensor  # (nk, n) the eigenvalues kept
+    U: torch.Tensor  # (nk, n, n)
+    c: torch.Tensor  # (nk, n) U^T 1
+
+    def stage(self, w: torch.Tensor, dlt: float, fit_intercept: bool) -> _StageProblems:
+        ki = self.kidx[w]
+        return _StageProblems(self.U[ki], self.s[ki], self.keep[ki], self.c[ki], self.y[w],
+                              self.lam[w].unsqueeze(-1), self.tau[w], dlt, fit_intercept)
+
+
+@dataclass
+class _Solution:
+    """What the stages have found so far, one row per problem."""
+
+    a: torch.Tensor  # (B, n) coefficients in the eigenbasis (smoothed solution)
+    b: torch.Tensor  # (B,)
+    f: torch.Tensor  # (B, n) predictions
+    coef_exact: torch.Tensor  # (B, n)
+    b_exact: torch.Tensor  # (B,)
+    is_exact: torch.Tensor  # (B,) bool
+    converged: torch.Tensor  # (B,) bool
+    iters: torch.Tensor  # (B,) long
+    total: int = 0
+    history: list = dataclasses.field(default_factory=list)
+
+
+def _check_quantile_inputs(K, y, alpha, quantile, delta, delta_min):
+    """Shapes and ranges; returns (n, lambda, tau) as tensors of K's dtype and device."""
+    if K.ndim < 2 or K.shape[-1] != K.shape[-2]:
+        raise ValueError(f"K must have shape (..., n, n), got {tuple(K.shape)}.")
+    n = K.shape[-1]
+    if y.shape[-1] != n:
+        raise ValueError(f"y must have last dimension {n}, got shape {tuple(y.shape)}.")
+    if not (delta > 0 and delta_min > 0):
+        raise ValueError("delta and delta_min must be positive.")
+    dt, dev = K.dtype, K.device
+    lam = torch.as_tensor(alpha, dtype=dt, device=dev)
+    if (lam <= 0).any() or not torch.isfinite(lam).all():
+        raise ValueError("alpha (the penalty lambda) must be positive and finite.")
+    tau = torch.as_tensor(quantile, dtype=dt, device=dev)
+    if ((tau <= 0) | (tau >= 1)).any():
+        raise ValueError("quantile must lie in (0, 1).")
+    return n, lam, tau
+
+
+def _flatten_problems(K, y, lam, tau, n: int) -> _Problems:
+    """Broadcast the batch, flatten it and eigendecompose every kernel once."""
+    dt, dev = K.dtype, K.device
+    batch = torch.broadcast_shapes(K.shape[:-2], y.shape[:-1], lam.shape, tau.shape)
+    kb = K.shape[:-2]
+    nk = 1
+    for d_ in kb:
+        nk *= d_
+    kidx = torch.arange(nk, device=dev).reshape(kb).expand(batch).reshape(-1)
+    y_all = y.expand(*batch, n).reshape(-1, n)
+    lam_all = lam.expand(batch).reshape(-1)
+    tau_all = tau.expand(batch).reshape(-1, 1)
+    s_k, U_k = torch.linalg.eigh(K)
+    s_k = s_k.reshape(nk, n)
+    keep_k = s_k > s_k.amax(-1, keepdim=True).clamp_min(1e-300) * (n * torch.finfo(dt).eps)
+    s_k = torch.where(keep_k, s_k, torch.zeros_like(s_k))
+    U_f = U_k.reshape(nk, n, n)
+    return _Problems(batch, kidx, y_all, lam_all, tau_all, s_k, keep_k, U_f, U_f.sum(-2))
+
+
+def _accelerated_step(pr: _StageProblems, a, b, f, F, a_prev, b_prev, f_prev, t):
+    """One Nesterov step from the extrapolated point, restarted (a plain majorise-minimise step
+    from the last iterate, momentum reset) where the objective would increase.
+    Returns (a, b, f, F, t) proposed for every row."""
+    t_new = 0.5 * (1 + torch.sqrt(1 + 4 * t * t))
+    beta = ((t - 1) / t_new).unsqueeze(-1)
+    ya, yb, yf = a + beta * (a - a_prev), b + beta[..., 0] * (b - b_prev), \
+        f + beta * (f - f_prev)
+    da, db, df = pr.step(ya, yb, yf)
+    na, nb, nf = ya - da, yb - db, yf - df
+    nF = pr.objective(nf, na)
+    bad = nF > F
+    if bool(bad.any()):
+        ra, rb, rf = pr.step(a, b, f)
+        badv = bad.unsqueeze(-1)
+        na = torch.where(badv, a - ra, na)
+        nb = torch.where(bad, b - rb, nb)
+        nf = torch.where(badv, f - rf, nf)
+        nF = torch.where(bad, pr.objective(nf, na), nF)
+        t_new = torch.where(bad, torch.ones_like(t_new), t_new)
+    return na, nb, nf, nF, t_new
+
+
+def _smoothed_stage(pr: _StageProblems, sol: _Solution, w: torch.Tensor, *, max_iter: int,
+                    tol: float, compact: bool, record: bool) -> None:
+    """Run the accelerated iterations of one smoothing stage on rows ``w`` of ``sol`` until no
+    prediction moves by more than ``tol`` (each problem on its own), updating ``sol``."""
+    a, b = sol.a[w], sol.b[w]
+    f = pr.predictions(a, b)
+    F = pr.objective(f, a)
+    a_prev, b_prev, f_prev = a, b, f
+    t = torch.ones(w.numel(), dtype=a.dtype, device=a.device)
+    stage_done = sol.is_exact[w].clone()
+    pos = torch.arange(w.numel(), device=a.device)  # rows of the working arrays still active
+    sol.history = [float(F[0])] if record else []
+    for _ in range(max_iter):
+        if compact and pos.numel() == 0:
+            break
+        sol.total += 1
+        if compact and pos.numel() < a.shape[0]:
+            # finished problems leave: write them back, keep the active rows only
+            sol.a[w], sol.b[w], sol.f[w] = a, b, f
+            sol.converged[w] = stage_done
+            w, a, b, f, F = w[pos], a[pos], b[pos], f[pos], F[pos]
+            a_prev, b_prev, f_prev, t = a_prev[pos], b_prev[pos], f_prev[pos], t[pos]
+            stage_done = stage_done[pos]
+            pr = pr.take(pos)
+        na, nb, nf, nF, t = _accelerated_step(pr, a, b, f, F, a_prev, b_prev, f_prev, t)
+        move = (nf - f).abs().amax(-1)
+        frozen = stage_done.unsqueeze(-1)
+        a_prev, b_prev, f_prev = a, b, f
+        a = torch.where(frozen, a, na)
+        b = torch.where(stage_done, b, nb)
+        f = torch.where(frozen, f, nf)
+        F = torch.where(stage_done, F, nF)
+        sol.iters[w] += (~stage_done).long()
+        if record:
+            sol.history.append(float(F[0]))
+        stage_done = stage_done | (move <= tol)
+        if bool(stage_done.all()):
+            pos = pos[:0]
+            break
+        pos = (~stage_done).nonzero()[:, 0]
+    sol.a[w], sol.b[w], sol.f[w] = a, b, f
+    sol.converged[w] = stage_done
+
+
+def _project_exact(K, P: _Problems, sol: _Solution, w: torch.Tensor, dlt: float,
+                   fit_intercept: bool, n: int) -> None:
+    """Try the exact solution of the problems ``w`` from their smoothed residuals; keep the
+    first exact solution each problem reaches."""
+    nk = P.s.shape[0]
+    ce, be, ok = _exact_kkt(K.reshape(nk, n, n)[P.kidx[w]], P.y[w], P.y[w] - sol.f[w],
+                            P.lam[w], P.tau[w], dlt, fit_intercept, n)
+    new = ok & ~sol.is_exact[w]
+    sol.coef_exact[w] = torch.where(new.unsqueeze(-1), ce, sol.coef_exact[w])
+    sol.b_exact[w] = torch.where(new, be, sol.b_exact[w])
+    sol.is_exact[w] = sol.is_exact[w] | ok
+
+
 def kernel_quantile_apg(
     K: torch.Tensor,  # shape: (..., n, n)
     y: torch.Tensor,  # shape: (..., n)
@@ -201,158 +400,31 @@ def kernel_quantile_apg(
     >>> bool(res.exact)
     True
     """
-    if K.ndim < 2 or K.shape[-1] != K.shape[-2]:
-        raise ValueError(f"K must have shape (..., n, n), got {tuple(K.shape)}.")
-    n = K.shape[-1]
-    if y.shape[-1] != n:
-        raise ValueError(f"y must have last dimension {n}, got shape {tuple(y.shape)}.")
-    if not (delta > 0 and delta_min > 0):
-        raise ValueError("delta and delta_min must be positive.")
-    dt, dev = K.dtype, K.device
-    lam = torch.as_tensor(alpha, dtype=dt, device=dev)
-    if (lam <= 0).any() or not torch.isfinite(lam).all():
-        raise ValueError("alpha (the penalty lambda) must be positive and finite.")
-    tau = torch.as_tensor(quantile, dtype=dt, device=dev)
-    if ((tau <= 0) | (tau >= 1)).any():
-        raise ValueError("quantile must lie in (0, 1).")
-    batch = torch.broadcast_shapes(K.shape[:-2], y.shape[:-1], lam.shape, tau.shape)
-    kb = K.shape[:-2]
-    nk = 1
-    for d_ in kb:
-        nk *= d_
-    kidx = torch.arange(nk, device=dev).reshape(kb).expand(batch).reshape(-1)
-    y_all = y.expand(*batch, n).reshape(-1, n)
-    lam_all = lam.expand(batch).reshape(-1)
-    tau_all = tau.expand(batch).reshape(-1, 1)
-    B = y_all.shape[0]
-
-    s_k, U_k = torch.linalg.eigh(K)
-    s_k = s_k.reshape(nk, n)
-    keep_k = s_k > s_k.amax(-1, keepdim=True).clamp_min(1e-300) * (n * torch.finfo(dt).eps)
-    s_k = torch.where(keep_k, s_k, torch.zeros_like(s_k))
-    U_f = U_k.reshape(nk, n, n)
-    c_k = U_f.sum(-2)  # U^T 1
-
-    a_all = torch.zeros(B, n, dtype=dt, device=dev)
-    b_all = torch.zeros(B, dtype=dt, device=dev)
-    f_all = torch.zeros(B, n, dtype=dt, device=dev)
-    coef_exact = torch.zeros_like(a_all)
-    b_exact = torch.zeros_like(b_all)
-    is_exact = torch.zeros(B, dtype=torch.bool, device=dev)
-    converged = torch.zeros(B, dtype=torch.bool, device=dev)
-    iters = torch.zeros(B, dtype=torch.long, device=dev)
+    n, lam, tau = _check_quantile_inputs(K, y, alpha, quantile, delta, delta_min)
+    P = _flatten_problems(K, y, lam, tau, n)
+    batch, B = P.batch, P.y.shape[0]
+    zeros = functools.partial(torch.zeros, dtype=K.dtype, device=K.device)
+    sol = _Solution(zeros(B, n), zeros(B), zeros(B, n), zeros(B, n), zeros(B),
+                    torch.zeros(B, dtype=torch.bool, device=K.device),
+                    torch.zeros(B, dtype=torch.bool, device=K.device),
+                    torch.zeros(B, dtype=torch.long, device=K.device))
     record = history and B == 1 and len(batch) == 0
-    hist: list = []
-    total = 0
     dlt = float(delta)
     while True:
-        inv_nd = 1.0 / (n * dlt)
         # the working set: every problem (compact=False) or those not yet solved exactly
-        w = torch.arange(B, device=dev) if not compact else (~is_exact).nonzero()[:, 0]
-        w_stage, ki = w, kidx[w]
-        U, s, keep, c = U_f[ki], s_k[ki], keep_k[ki], c_k[ki]
-        yw, lam1, tw = y_all[w], lam_all[w].unsqueeze(-1), tau_all[w]
-
-        def predictions(a_, b_, U=U, s=s):
-            return b_.unsqueeze(-1) + torch.bmm(U, (s * a_).unsqueeze(-1))[..., 0]
-
-        def objective(f_, a_, yw=yw, tw=tw, lam1=lam1, s=s, dlt=dlt):
-            return (smoothed_check_loss(yw - f_, tw, dlt).mean(-1)
-                    + 0.5 * lam1[:, 0] * (s * a_ * a_).sum(-1))
-
-        def step(a_, b_, f_, U=U, s=s, keep=keep, c=c, yw=yw, lam1=lam1, tw=tw, dlt=dlt,
-                 inv_nd=inv_nd, predictions=predictions):
-            # M^{-1} grad F at (a_, b_); returns (da, db, df), df the change of predictions
-            g = torch.clamp((yw - f_) / dlt, min=tw - 1, max=tw)
-            gU = torch.bmm(g.unsqueeze(-2), U)[:, 0]
-            den = inv_nd * s + lam1
-            q = torch.where(keep, (lam1 * a_ - gU / n) / den, torch.zeros_like(a_))
-            if fit_intercept:
-                grad_b = -g.sum(-1) / n
-                schur = inv_nd * n - inv_nd**2 * (c * c * s / den).sum(-1)
-                db = (grad_b - inv_nd * (c * s * q).sum(-1)) / schur
-                da = q - torch.where(keep, inv_nd * c * db.unsqueeze(-1) / den,
-                                     torch.zeros_like(q))
-            else:
-                db = torch.zeros_like(b_)
-                da = q
-            return da, db, predictions(da, db)
-
-        a, b = a_all[w], b_all[w]
-        f = predictions(a, b)
-        F = objective(f, a)
-        a_prev, b_prev, f_prev = a, b, f
-        t = torch.ones(w.numel(), dtype=dt, device=dev)
-        stage_done = is_exact[w].clone()
-        pos = torch.arange(w.numel(), device=dev)  # rows of the working arrays still active
-        hist = [float(F[0])] if record else []
-        for _ in range(max_iter):
-            if compact and pos.numel() == 0:
-                break
-            total += 1
-            if compact and pos.numel() < a.shape[0]:
-                # finished problems leave: write them back, keep the active rows only
-                a_all[w], b_all[w], f_all[w] = a, b, f
-                converged[w] = stage_done
-                w, a, b, f, F = w[pos], a[pos], b[pos], f[pos], F[pos]
-                a_prev, b_prev, f_prev, t = a_prev[pos], b_prev[pos], f_prev[pos], t[pos]
-                stage_done = stage_done[pos]
-                U, s, keep, c = U[pos], s[pos], keep[pos], c[pos]
-                yw, lam1, tw = yw[pos], lam1[pos], tw[pos]
-                step = functools.partial(step, U=U, s=s, keep=keep, c=c, yw=yw, lam1=lam1,
-                                         tw=tw, predictions=functools.partial(
-                                             predictions, U=U, s=s))
-                objective = functools.partial(objective, yw=yw, tw=tw, lam1=lam1, s=s)
-            t_new = 0.5 * (1 + torch.sqrt(1 + 4 * t * t))
-            beta = ((t - 1) / t_new).unsqueeze(-1)
-            ya, yb, yf = a + beta * (a - a_prev), b + beta[..., 0] * (b - b_prev), \
-                f + beta * (f - f_prev)
-            da, db, df = step(ya, yb, yf)
-            na, nb, nf = ya - da, yb - db, yf - df
-            nF = objective(nf, na)
-            bad = nF > F
-            if bool(bad.any()):
-                ra, rb, rf = step(a, b, f)
-                badv = bad.unsqueeze(-1)
-                na = torch.where(badv, a - ra, na)
-                nb = torch.where(bad, b - rb, nb)
-                nf = torch.where(badv, f - rf, nf)
-                nF = torch.where(bad, objective(nf, na), nF)
-                t_new = torch.where(bad, torch.ones_like(t_new), t_new)
-            move = (nf - f).abs().amax(-1)
-            frozen = stage_done.unsqueeze(-1)
-            a_prev, b_prev, f_prev = a, b, f
-            a = torch.where(frozen, a, na)
-            b = torch.where(stage_done, b, nb)
-            f = torch.where(frozen, f, nf)
-            F = torch.where(stage_done, F, nF)
-            t = t_new
-            iters[w] += (~stage_done).long()
-            if record:
-                hist.append(float(F[0]))
-            stage_done = stage_done | (move <= tol)
-            if bool(stage_done.all()):
-                pos = pos[:0]
-                break
-            pos = (~stage_done).nonzero()[:, 0]
-        a_all[w], b_all[w], f_all[w] = a, b, f
-        converged[w] = stage_done
+        w = torch.arange(B, device=K.device) if not compact else (~sol.is_exact).nonzero()[:, 0]
+        _smoothed_stage(P.stage(w, dlt, fit_intercept), sol, w, max_iter=max_iter, tol=tol,
+                        compact=compact, record=record)
         if exact:
-            w = w_stage
-            ce, be, ok = _exact_kkt(K.reshape(nk, n, n)[kidx[w]], y_all[w], y_all[w] - f_all[w],
-                                    lam_all[w], tau_all[w], dlt, fit_intercept, n)
-            new = ok & ~is_exact[w]
-            coef_exact[w] = torch.where(new.unsqueeze(-1), ce, coef_exact[w])
-            b_exact[w] = torch.where(new, be, b_exact[w])
-            is_exact[w] = is_exact[w] | ok
-        if bool(is_exact.all()) or dlt / 4 < delta_min:
+            _project_exact(K, P, sol, w, dlt, fit_intercept, n)
+        if bool(sol.is_exact.all()) or dlt / 4 < delta_min:
             break
         dlt /= 4
-    coef_s = torch.bmm(U_f[kidx], a_all.unsqueeze(-1))[..., 0]
-    coef = torch.where(is_exact.unsqueeze(-1), coef_exact, coef_s).reshape(*batch, n)
-    b = torch.where(is_exact, b_exact, b_all).reshape(batch)
-    is_exact = is_exact.reshape(batch)
-    converged = converged.reshape(batch) | is_exact
+    coef_s = torch.bmm(P.U[P.kidx], sol.a.unsqueeze(-1))[..., 0]
+    coef = torch.where(sol.is_exact.unsqueeze(-1), sol.coef_exact, coef_s).reshape(*batch, n)
+    b = torch.where(sol.is_exact, sol.b_exact, sol.b).reshape(batch)
+    is_exact = sol.is_exact.reshape(batch)
+    converged = sol.converged.reshape(batch) | is_exact
     obj = quantile_objective(K, y.expand(*batch, n), coef, b, lam.expand(batch), tau.expand(batch))
-    return QuantileAPGResult(coef, b, obj, is_exact, converged, total, dlt, hist,
-                             iters.reshape(batch))
+    return QuantileAPGResult(coef, b, obj, is_exact, converged, sol.total, dlt, sol.history,
+                             sol.iters.reshape(batch))
