@@ -37,13 +37,15 @@ import math
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from ..collectives import all_reduce_sum
 from ..kernels import Kernel
-from ..linalg import cholesky, conjugate_gradient, symmetric_eigh
+from ..linalg import SolveResult, cholesky, conjugate_gradient, symmetric_eigh
 from ..operators import DenseOperator, KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
@@ -124,9 +126,9 @@ class NystromPreconditioner:
         K_MM = L L^T - jitter I, so the penalty term lam L^{-1} K_MM B beta is
         lam (R^{-T} beta - jitter L^{-1} u): ``u`` is needed when jitter was added.
         """
-        if self.jitter and u is None:
-            u = self.apply(beta)
         if self.jitter:
+            if u is None:
+                u = self.apply(beta)
             gram_v = gram_v - (self.lam * self.jitter) * u
         v = torch.linalg.solve_triangular(self.L, gram_v, upper=False)
         v = v + self.lam * torch.linalg.solve_triangular(self.R.T, beta, upper=True)
@@ -269,24 +271,23 @@ def _rows_progress(source, desc: str, verbose: int):
     return progress(total=total, desc=desc, verbose=verbose, unit="row")
 
 
-class _DenseBlock(DenseOperator):
-    """A stored block K(X_b, C): a :class:`DenseOperator` with float64 sums.
+def _stored_block(K: torch.Tensor) -> DenseOperator:  # shape: (rows, M)
+    """A stored block K(X_b, C) as a :class:`DenseOperator` with float64 sums.
 
     Products run in the block's dtype; sums over rows run in chunks of 1024 rows added in
     float64: a float32 sum over a whole block (tens of thousands of rows) loses the digits that a
     small ridge penalty needs (it stalled CG at twice the float64 test error with 2000 centres
-    and lambda = 1e-6).
+    and lambda = 1e-6). The streamed passes tell a stored block (a :class:`DenseOperator`, whose
+    rows they slice) from one recomputed tile by tile (a :class:`KernelOperator`).
     """
-
-    def __init__(self, K: torch.Tensor):
-        super().__init__(K, options=_F64_SUMS)
+    return DenseOperator(K, options=_F64_SUMS)
 
 
 class _PartialCache:
     """The first row blocks of K(X, C) stored, the others recomputed on every pass.
 
     Iterating yields ``(operator, Block)`` pairs like a full cache: stored blocks first (as
-    :class:`_DenseBlock`), then a :class:`KernelOperator` for every remaining block.
+    :func:`_stored_block`), then a :class:`KernelOperator` for every remaining block.
     """
 
     def __init__(self, stored, source, kernel, C, options, rows, dtype):
@@ -323,14 +324,14 @@ def nystrom_kernel_cache(source: DataSource, kernel: Kernel, centers: torch.Tens
     n_blocks = None if n_rows * M * item <= room else int(room // (rows * M * item))
     if n_blocks == 0:
         return None
-    stored = []
+    stored: list[tuple[DenseOperator, Any]] = []
     with _rows_progress(source, "Nystrom kernel", verbose) as bar:
         if n_blocks is not None:
             bar.set_total(min(n_rows, n_blocks * rows))
         for b in _blocks(source, dtype, options, rows):
             if n_blocks is not None and len(stored) >= n_blocks:
                 break
-            stored.append((_DenseBlock(KernelOperator(kernel, b.X, C, options=options)
+            stored.append((_stored_block(KernelOperator(kernel, b.X, C, options=options)
                                        .to_dense()), b))
             bar.update(b.X.shape[0])
     if n_blocks is None:
@@ -515,10 +516,10 @@ def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool,
     """
     if n_centers <= DIRECT_MAX_CENTERS:
         return "direct"
-    n, M = float(n), float(n_centers)
+    N, M = float(n), float(n_centers)
     k = 0.0 if stored else n_features / _GEMM_SPEEDUP + _KERNEL_COST.get(dtype, 8.0)
-    direct = (n * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP + 2.0 * n * M * k
-    cg = _EXPECTED_ITERS * n * M * (2.0 + k)
+    direct = (N * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP + 2.0 * N * M * k
+    cg = _EXPECTED_ITERS * N * M * (2.0 + k)
     return "direct" if direct <= cg else "cg"
 
 
@@ -557,7 +558,7 @@ def _gram_pass(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
     if cache is None:
         rows = block_rows(source.n_features, M, dtype, options, block_size)
         rows = max(1, min(rows, memory_budget(options) // (4 * item * M)))
-        blocks = ((_DenseBlock(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
+        blocks = ((_stored_block(KernelOperator(kernel, b.X, C, options=options).to_dense()), b)
                   for b in _blocks(source, dtype, options, rows))
     else:
         blocks = iter(cache)
@@ -568,7 +569,7 @@ def _gram_pass(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
         for op, blk in blocks:
             for s in range(0, blk.X.shape[0], 2048):
                 e = min(s + 2048, blk.X.shape[0])
-                Kc = op.K[s:e] if isinstance(op, _DenseBlock) else op.rows(torch.arange(s, e))
+                Kc = op.K[s:e] if isinstance(op, DenseOperator) else op.rows(torch.arange(s, e))
                 Kc = Kc.to(_F64)
                 sw = None
                 if blk.sample_weight is not None:  # K^T D K = (D^1/2 K)^T (D^1/2 K); not
@@ -886,230 +887,422 @@ def nystrom_krr(
     >>> sol.converged, bool(torch.allclose(sol.coef, ref, rtol=1e-6))
     (True, True)
     """
-    if source.n_outputs == 0:
-        raise ValueError("the training source has no targets.")
+    _require_targets(source)
     if solver not in ("cg", "direct", "auto"):
         raise ValueError(f"solver must be 'cg', 'direct' or 'auto', got {solver!r}.")
-    C = centers.to(_F64)
-    M, t = C.shape[0], source.n_outputs
-    _check_centre_memory(M, options)
-    W, _, n_rows = moments if moments is not None else source_moments(source,
-                                                                       block_size=block_size)
-    if not W > 0:
-        raise ValueError("the total sample weight must be positive.")
-    lam = float(alpha) / W
-    if tol is None:
-        cg_tol = (options or Options()).cg_tol
-        tol = DEFAULT_TOL.get(dtype, 1e-5) if cg_tol is None else float(cg_tol)
-    tol = float(tol)
-    cache = val_cache = None
-    if store_kernel is not False:
-        frac = 1.0 if store_kernel else 0.5
-        cache = nystrom_kernel_cache(source, kernel, C, dtype=dtype, options=options,
-                                     block_size=block_size, fraction=frac, verbose=verbose)
+    _check_centre_memory(centers.shape[0], options)
+    run = _nystrom_run(source, kernel, centers, alpha, moments=moments, validation=validation,
+                       store_kernel=store_kernel, dtype=dtype, options=options,
+                       block_size=block_size, cache_verbose=verbose, y_offset=y_offset,
+                       tol=_resolve_tol(tol, dtype, options, 1e-5), max_iter=max_iter,
+                       verbose=verbose)
     auto = solver == "auto"
     if auto:
         solver = "cg" if (validation is not None or callback is not None) else choose_solver(
-            n_rows, M, source.n_features, stored=isinstance(cache, list), dtype=dtype)
-    if cache is not None and validation is not None:
-        val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
-                                         options=options, block_size=block_size,
-                                         fraction=frac / 4)
-    def direct(history, whiten=None, dt=dtype, kcache=cache):  # K_MM eigenbasis
-        s_mm, U_mm = _kmm_eigh(kernel, C, options)
-        wh = _whitening(s_mm, U_mm, lam, _F64 if whiten is None else dt)
-        if whiten is None:
-            whiten = _squared_gram_error(wh, lam) > _SQUARED_GRAM_MAX
-            if whiten and dt != _F64:
-                # ill-conditioned: float32 kernel values would leave out the directions that
-                # the penalty keeps (1.5 % of the objective at sigma = 10, lambda = 1e-8);
-                # float64 values cost one streamed kernel pass, the Gram is float64 anyway
-                logger.info("Nystrom direct solve: K_MM is ill-conditioned against the "
-                            "penalty, kernel values in float64")
-                dt, kcache = _F64, None
-            elif dt != _F64:
-                wh = _whitening(s_mm, U_mm, lam, dt)
-        del s_mm, U_mm
-        G, b_raw = _gram_pass(source, kernel, C, whiten=wh.F if whiten else None,
-                              y_offset=y_offset, rhs=True, dtype=dt, options=options,
-                              block_size=block_size, cache=kcache, verbose=verbose)
-        G /= W
-        S = G if whiten else wh.F.T @ G @ wh.F
-        del G
-        coef, beta, res_val = _direct_solve(S, wh.F.T @ b_raw / W, wh.F, lam)
-        del S
-        if not torch.isfinite(coef).all():
-            raise DivergenceError("the direct Nyström solve produced non-finite coefficients.")
-        history = history + [("direct", 1)]
-        delta = _squared_gram_error(wh, lam)
-        if delta <= _CHECK_MIN and not whiten:  # accurate by the bound: no check pass
-            logger.debug("Nystrom direct solve (plain Gram, error bound %.1e): residual %.2e",
-                         delta, res_val)
-            return NystromSolution(coef=coef, n_iter=sum(k for _, k in history),
-                                   converged=True, residual_norms=[1.0, res_val], total_weight=W,
-                                   solver="direct", residual=res_val, stop_reason="direct",
-                                   tolerance=tol, history=history)
-        check, level = _gradient_residual(source, kernel, C, coef, beta, wh.F, b_raw, lam, W,
-                                          y_offset=y_offset, dtype=dt, options=options,
-                                          block_size=block_size, cache=kcache, verbose=verbose)
-        level = max(level, torch.finfo(_F64).eps)
-        rhs = wh.F.T @ b_raw / W
-        excess = float(((check * torch.linalg.vector_norm(rhs, dim=0)) ** 2 / (
-            lam * (rhs * beta).sum(0).clamp_min(1e-300))).max())
-        logger.debug("Nystrom direct solve (%s Gram): residual %.2e, %.2g times the rounding "
-                     "level %.1e, objective excess below %.1e", "whitened" if whiten else
-                     "plain", check, check / level, level, excess)
-        if not (check <= _CHECK_SLACK * level or excess <= _CHECK_EXCESS):
-            remedy = ("solving again from the Gram matrix of the whitened rows" if not whiten
-                      else "refining it by float64 conjugate gradients")
-            warnings.warn(
-                f"the direct Nyström solve left a relative residual {check:.1e}, "
-                f"{check / level:.2g} times what rounding allows ({level:.1e}; K_MM's "
-                f"eigenvalues span {wh.s_min:.1e} to {wh.s_max:.1e}, penalty alpha / W = "
-                f"{lam:.1e}): {remedy}. A larger alpha or fewer centres make the problem "
-                f"better conditioned.",
-                RuntimeWarning, stacklevel=3,
-            )
-            if not whiten:
-                return direct(history, True, dt, kcache)
-            sol = nystrom_krr(source, kernel, C, alpha, y_offset=y_offset, coef0=coef,
-                              max_iter=max_iter, tol=tol, solver="cg", dtype=_F64,
-                              options=options, block_size=block_size,
-                              store_kernel=store_kernel if dt == _F64 else False,
-                              verbose=verbose)
-            sol.history = history + sol.history
-            sol.n_iter = sum(k for _, k in sol.history)
-            return sol
-        return NystromSolution(coef=coef, n_iter=sum(k for _, k in history), converged=True,
-                               residual_norms=[1.0, res_val], total_weight=W, solver="direct",
-                               residual=res_val, stop_reason="direct",
-                               tolerance=tol, history=history)
-
+            run.n_rows, run.M, source.n_features, stored=isinstance(run.cache, list), dtype=dtype)
     if solver == "direct":
-        return direct([])
-
-    b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
-                    block_size=block_size, cache=cache) / W
-
-    if preconditioner is True:
-        P = nystrom_preconditioner(kernel, C, lam, options=options, dtype=dtype)
-    elif preconditioner is False or preconditioner is None:
-        P = None
-    else:
-        P = preconditioner
-
-    def gram(v):
-        return nystrom_normal_matvec(source, kernel, C, v, dtype=dtype, options=options,
-                                     block_size=block_size, cache=cache) / W
-
-    if P is not None:
-        def matvec(beta):
-            u = P.apply(beta)
-            return P.system(beta, gram(u), u)
-
-        rhs = P.apply_t(b)
-        x0 = None if coef0 is None else P.inverse(coef0.to(_F64).reshape(M, t))
-        to_coef = P.apply
-    else:
-        K_MM = KernelOperator(kernel, C, options=options).to_dense()
-
-        def matvec(a):
-            return gram(a) + lam * (K_MM @ a)
-
-        rhs = b
-        x0 = None if coef0 is None else coef0.to(_F64).reshape(M, t)
-
-        def to_coef(a):
-            return a
-
-    state = {"best_coef": None, "early": False, "prev": x0, "small": 0, "reason": "max_iter",
-             "t0": time.perf_counter(), "res": [1.0], "steps": deque(maxlen=_CHANGE_WINDOW),
-             "res_min": [], "change_min": [], "revised": False,
-             "R_prev": rhs if x0 is None else rhs - matvec(x0)}
-    monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
-    cg_state: dict = {}
-    saved = checkpoint.load(rhs.device) if checkpoint is not None else None
-    if saved is not None:
-        _restore_cg(saved, cg_state, state, monitor)
-
-    def score(k, coef):
-        mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset, dtype=dtype,
-                                     options=options, block_size=block_size, cache=val_cache)
-        stop = monitor.update(k, mse)
-        if monitor.best_iteration == k:
-            state["best_coef"] = coef.clone()
-        return stop
-
-    if validation is not None and saved is None:
-        score(0, torch.zeros(M, t, dtype=_F64) if coef0 is None else coef0.to(_F64).reshape(M, t))
-
-    # the bar counts this run's passes (a resumed run starts at the checkpoint's pass)
-    bar = progress(total=max_iter - int(cg_state.get("k", 0)), desc="Nystrom CG",
-                   verbose=verbose, unit="pass", upper_bound=True)
-    r_norm = torch.linalg.vector_norm(rhs, dim=0).clamp_min(1e-300)
-
-    def cb(k, X, R):
-        res = float((torch.linalg.vector_norm(R, dim=0) / r_norm).max())
-        state["res"].append(res)
-        change = cg_energy_change(state, X, R, rhs, tol)
-        if verbose:  # one estimate of the passes left, shown by the bar and the log line
-            state["res_min"].append(min([res] + state["res_min"][-1:]))
-            state["change_min"].append(min([change] + state["change_min"][-1:]))
-            left = _passes_left(state["res_min"], state["change_min"], tol, max_iter - k)
-            done = len(state["change_min"])  # passes of this run, this one included
-            # max_iter stays a bound until a rate is measured and gives fewer passes
-            if state["revised"] or (done >= _RATE_WINDOW // 2 and left < max_iter - k):
-                state["revised"] = True
-                bar.set_total(done + left)
-            bar.set_postfix(residual=f"{res:.2e}", change=f"{change:.1e}", refresh=False)
-        bar.update()
-        if verbose > 1:
-            per_pass = (time.perf_counter() - state["t0"]) / done
-            logger.info("Nystrom CG pass %d/%d: residual %.3e, change %.2e, ~%.0f s left",
-                        k, max_iter, res, change, per_pass * left)
-        stop = False
-        if state["small"] >= 2:
-            state["reason"] = "change"
-            stop = True
-        if validation is not None or callback is not None:
-            coef = to_coef(X)
-            if validation is not None and score(k, coef):
-                state["early"] = True
-                state["reason"] = "validation"
-                stop = True
-            if callback is not None and callback(k, coef):
-                state["reason"] = "callback"
-                stop = True
-        if checkpoint is not None and not stop and res > tol:  # a finished run never resumes
-            checkpoint.maybe_save(lambda: _cg_checkpoint(cg_state, state, monitor))
-        return stop
-
-    with bar:
-        res = conjugate_gradient(matvec, rhs, x0=x0, max_iter=max_iter, tol=tol, callback=cb,
-                                 state=cg_state)
-    reason = "residual" if res.converged else state["reason"]
-    converged = res.converged or reason == "change"
-    if auto and dtype != _F64 and validation is None and callback is None and not converged:
+        return _solve_direct(run, [], None, dtype, run.cache)
+    system = _cg_system(run, preconditioner, coef0)
+    watch = _CGMonitor(run, system, n_iter_no_change=n_iter_no_change, callback=callback,
+                       checkpoint=checkpoint, coef0=coef0)
+    with watch.bar:
+        res = conjugate_gradient(system.matvec, system.rhs, x0=system.x0, max_iter=max_iter,
+                                 tol=run.tol, callback=watch, state=watch.cg_state)
+    reason = "residual" if res.converged else watch.state["reason"]
+    if (auto and dtype != _F64 and validation is None and callback is None
+            and not (res.converged or reason == "change")):
         # float32 products can stall CG where K_MM has eigenvalues below their rounding
         # (a tiny penalty with a smooth kernel): the direct solve accumulates in float64
         # with float64 kernel values (one streamed pass more than a stored float32 K_nM):
         # float32 values leave out the directions that the small penalty needs
         logger.info("Nystrom CG in %s did not converge in %d passes (residual %.2e): "
                     "solving directly in float64", dtype, res.n_iter, res.residual_norms[-1])
-        return direct([("cg", res.n_iter)], None, _F64, None)
-    coef = to_coef(res.x.reshape(M, t))
-    best_iter = res.n_iter
-    if validation is not None and state["best_coef"] is not None:
-        coef, best_iter = state["best_coef"], monitor.best_iteration
+        return _solve_direct(run, [("cg", res.n_iter)], None, _F64, None)
+    return _cg_solution(run, res, system.to_coef(res.x.reshape(run.M, run.t)),
+                        watch.state["best_coef"], watch.monitor, reason,
+                        stopped_early=watch.state["early"], solver="cg", log=logger)
+
+
+# ---- the stages of the solvers -----------------------------------------------------------------
+@dataclass
+class _NystromRun:
+    """The resolved inputs of one Nyström solve, read by its stages: the centres in float64, the
+    total weight W (with the weighted target sum and the row count), lam = alpha / W, the stored
+    kernel blocks of the training and validation rows (None when streamed), and the settings
+    of the solver that runs (``tol`` resolved from the precision)."""
+
+    source: DataSource
+    kernel: Kernel
+    C: torch.Tensor  # shape: (M, d), float64
+    alpha: float
+    W: float
+    ysum: torch.Tensor  # shape: (t,)
+    n_rows: int
+    dtype: torch.dtype
+    options: Options | None
+    block_size: int | None
+    validation: DataSource | None = None
+    cache: Any = None
+    val_cache: Any = None
+    y_offset: torch.Tensor | None = None  # shape: (t,)
+    tol: float = 0.0
+    max_iter: int = 100
+    store_kernel: bool | None = None
+    verbose: int = 0
+
+    @property
+    def lam(self) -> float:
+        return float(self.alpha) / self.W
+
+    @property
+    def M(self) -> int:
+        return int(self.C.shape[0])
+
+    @property
+    def t(self) -> int:
+        return int(self.source.n_outputs)
+
+    @property
+    def moments(self) -> tuple[float, torch.Tensor, int]:
+        """What :func:`source_moments` returned (a solver run from this one skips that pass)."""
+        return self.W, self.ysum, self.n_rows
+
+
+def _require_targets(source: DataSource) -> None:
+    if source.n_outputs == 0:
+        raise ValueError("the training source has no targets.")
+
+
+def _resolve_tol(tol: float | None, dtype: torch.dtype, options: Options | None,
+                 default: float) -> float:
+    """``tol``, else ``options.cg_tol``, else ``DEFAULT_TOL[dtype]`` (``default`` for others)."""
+    if tol is None:
+        cg_tol = (options or Options()).cg_tol
+        tol = DEFAULT_TOL.get(dtype, default) if cg_tol is None else float(cg_tol)
+    return float(tol)
+
+
+def _kernel_caches(source: DataSource, validation: DataSource | None, kernel: Kernel,
+                   C: torch.Tensor, *, store_kernel: bool | None, dtype: torch.dtype,
+                   options: Options | None, block_size: int | None,
+                   verbose: int = 0) -> tuple[Any, Any]:
+    """The stored K(X, C) of the training rows (all of the budget with ``store_kernel``, else
+    half of it) and, when that stored anything, of the validation rows (a quarter of that)."""
+    if store_kernel is False:
+        return None, None
+    frac = 1.0 if store_kernel else 0.5
+    cache = nystrom_kernel_cache(source, kernel, C, dtype=dtype, options=options,
+                                 block_size=block_size, fraction=frac, verbose=verbose)
+    val_cache = None
+    if cache is not None and validation is not None:
+        val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype, options=options,
+                                         block_size=block_size, fraction=frac / 4)
+    return cache, val_cache
+
+
+def _nystrom_run(source: DataSource, kernel: Kernel, centers: torch.Tensor, alpha: float, *,
+                 moments: tuple[float, torch.Tensor, int] | None,
+                 validation: DataSource | None, store_kernel: bool | None, dtype: torch.dtype,
+                 options: Options | None, block_size: int | None, cache_verbose: int = 0,
+                 **settings: Any) -> _NystromRun:
+    """The first stage of every Nyström solver: the total weight (one pass unless ``moments``
+    are given) and the stored kernel blocks; ``settings`` are the solver's own."""
+    C = centers.to(_F64)
+    W, ysum, n_rows = moments if moments is not None else source_moments(source,
+                                                                          block_size=block_size)
+    if not W > 0:
+        raise ValueError("the total sample weight must be positive.")
+    cache, val_cache = _kernel_caches(source, validation, kernel, C, store_kernel=store_kernel,
+                                      dtype=dtype, options=options, block_size=block_size,
+                                      verbose=cache_verbose)
+    return _NystromRun(source=source, kernel=kernel, C=C, alpha=alpha, W=W, ysum=ysum,
+                       n_rows=n_rows, dtype=dtype, options=options, block_size=block_size,
+                       validation=validation, cache=cache, val_cache=val_cache,
+                       store_kernel=store_kernel, **settings)
+
+
+@dataclass
+class _DirectSolve:
+    """One direct solve of (3): a = F beta, its residual of (3), the right-hand side F^T b / W
+    and the unwhitened K_nM^T D (y - y_offset), with how it was computed."""
+
+    coef: torch.Tensor  # shape: (M, t)
+    beta: torch.Tensor  # shape: (r, t)
+    residual: float
+    rhs: torch.Tensor  # shape: (r, t)
+    b_raw: torch.Tensor  # shape: (M, t)
+    wh: _Whitening
+    whiten: bool
+    dt: torch.dtype
+    kcache: Any
+
+
+def _solve_direct(run: _NystromRun, history: list, whiten: bool | None, dt: torch.dtype,
+                  kcache: Any) -> NystromSolution:
+    """The direct solve of ``solver="direct"`` with its residual check and fallbacks.
+
+    ``whiten`` None chooses the Gram of the whitened rows when :func:`_squared_gram_error`
+    exceeds ``_SQUARED_GRAM_MAX`` (then with float64 kernel values). The residual is
+    recomputed from the rows unless the plain Gram is accurate by that bound; when it is far
+    above rounding, the solve is repeated from the whitened rows, and a whitened solve is
+    refined by float64 CG. ``history`` lists the solvers run before this one.
+    """
+    s_mm, U_mm = _kmm_eigh(run.kernel, run.C, run.options)
+    wh = _whitening(s_mm, U_mm, run.lam, _F64 if whiten is None else dt)
+    if whiten is None:
+        whiten = _squared_gram_error(wh, run.lam) > _SQUARED_GRAM_MAX
+        if whiten and dt != _F64:
+            # ill-conditioned: float32 kernel values would leave out the directions that
+            # the penalty keeps (1.5 % of the objective at sigma = 10, lambda = 1e-8);
+            # float64 values cost one streamed kernel pass, the Gram is float64 anyway
+            logger.info("Nystrom direct solve: K_MM is ill-conditioned against the "
+                        "penalty, kernel values in float64")
+            dt, kcache = _F64, None
+        elif dt != _F64:
+            wh = _whitening(s_mm, U_mm, run.lam, dt)
+    del s_mm, U_mm
+    d = _direct_pass(run, wh, whiten, dt, kcache)
+    history = history + [("direct", 1)]
+    delta = _squared_gram_error(wh, run.lam)
+    if delta <= _CHECK_MIN and not whiten:  # accurate by the bound: no check pass
+        logger.debug("Nystrom direct solve (plain Gram, error bound %.1e): residual %.2e",
+                     delta, d.residual)
+        return _direct_solution(run, d, history)
+    if _direct_check(run, d):
+        return _direct_solution(run, d, history)
+    if not whiten:
+        return _solve_direct(run, history, True, dt, kcache)
+    sol = nystrom_krr(run.source, run.kernel, run.C, run.alpha, y_offset=run.y_offset,
+                      coef0=d.coef, max_iter=run.max_iter, tol=run.tol, solver="cg",
+                      dtype=_F64, options=run.options, block_size=run.block_size,
+                      store_kernel=run.store_kernel if dt == _F64 else False,
+                      verbose=run.verbose, moments=run.moments)
+    sol.history = history + sol.history
+    sol.n_iter = sum(k for _, k in sol.history)
+    return sol
+
+
+def _direct_pass(run: _NystromRun, wh: _Whitening, whiten: bool, dt: torch.dtype,
+                 kcache: Any) -> _DirectSolve:
+    """The Gram pass over the rows and the dense solve of (3) (:func:`_direct_solve`)."""
+    G, b_raw = _gram_pass(run.source, run.kernel, run.C, whiten=wh.F if whiten else None,
+                          y_offset=run.y_offset, rhs=True, dtype=dt, options=run.options,
+                          block_size=run.block_size, cache=kcache, verbose=run.verbose)
+    if b_raw is None:  # pragma: no cover - ``rhs=True`` returns it
+        raise RuntimeError("the Gram pass returned no right-hand side.")
+    G /= run.W
+    S = G if whiten else wh.F.T @ G @ wh.F
+    del G
+    rhs = wh.F.T @ b_raw / run.W
+    coef, beta, res_val = _direct_solve(S, rhs, wh.F, run.lam)
+    del S
     if not torch.isfinite(coef).all():
-        raise DivergenceError("Nyström CG produced non-finite coefficients.")
-    logger.debug("Nystrom CG: %d iterations, residual %.3g, stopped by %s", res.n_iter,
-                 res.residual_norms[-1], reason)
-    return NystromSolution(coef=coef, n_iter=res.n_iter, converged=converged,
+        raise DivergenceError("the direct Nyström solve produced non-finite coefficients.")
+    return _DirectSolve(coef=coef, beta=beta, residual=res_val, rhs=rhs, b_raw=b_raw, wh=wh,
+                        whiten=whiten, dt=dt, kcache=kcache)
+
+
+def _direct_check(run: _NystromRun, d: _DirectSolve) -> bool:
+    """Whether the residual of (3), recomputed from the rows, is within ``_CHECK_SLACK`` times
+    its rounding level or bounds the objective's excess below ``_CHECK_EXCESS``; a
+    RuntimeWarning naming the remedy when not."""
+    check, level = _gradient_residual(run.source, run.kernel, run.C, d.coef, d.beta, d.wh.F,
+                                      d.b_raw, run.lam, run.W, y_offset=run.y_offset,
+                                      dtype=d.dt, options=run.options,
+                                      block_size=run.block_size, cache=d.kcache,
+                                      verbose=run.verbose)
+    level = max(level, torch.finfo(_F64).eps)
+    rhs, lam, wh = d.rhs, run.lam, d.wh
+    excess = float(((check * torch.linalg.vector_norm(rhs, dim=0)) ** 2 / (
+        lam * (rhs * d.beta).sum(0).clamp_min(1e-300))).max())
+    logger.debug("Nystrom direct solve (%s Gram): residual %.2e, %.2g times the rounding "
+                 "level %.1e, objective excess below %.1e", "whitened" if d.whiten else
+                 "plain", check, check / level, level, excess)
+    if check <= _CHECK_SLACK * level or excess <= _CHECK_EXCESS:
+        return True
+    remedy = ("solving again from the Gram matrix of the whitened rows" if not d.whiten
+              else "refining it by float64 conjugate gradients")
+    warnings.warn(
+        f"the direct Nyström solve left a relative residual {check:.1e}, "
+        f"{check / level:.2g} times what rounding allows ({level:.1e}; K_MM's "
+        f"eigenvalues span {wh.s_min:.1e} to {wh.s_max:.1e}, penalty alpha / W = "
+        f"{lam:.1e}): {remedy}. A larger alpha or fewer centres make the problem "
+        f"better conditioned.",
+        RuntimeWarning, stacklevel=4,
+    )
+    return False
+
+
+def _direct_solution(run: _NystromRun, d: _DirectSolve, history: list) -> NystromSolution:
+    return NystromSolution(coef=d.coef, n_iter=sum(k for _, k in history), converged=True,
+                           residual_norms=[1.0, d.residual], total_weight=run.W,
+                           solver="direct", residual=d.residual, stop_reason="direct",
+                           tolerance=run.tol, history=history)
+
+
+@dataclass
+class _CGSystem:
+    """What CG solves: ``matvec`` and ``rhs`` of the (preconditioned) system, its start ``x0``
+    and ``to_coef``, the map from its unknowns to the coefficients a."""
+
+    matvec: Callable[[torch.Tensor], torch.Tensor]
+    rhs: torch.Tensor  # shape: (M, t)
+    x0: torch.Tensor | None  # shape: (M, t)
+    to_coef: Callable[[torch.Tensor], torch.Tensor]
+
+
+def _cg_system(run: _NystromRun, preconditioner: bool | NystromPreconditioner,
+               coef0: torch.Tensor | None) -> _CGSystem:
+    """(1) divided by W, split-preconditioned with B (2) unless ``preconditioner`` is False:
+    one pass for b, one streamed product K_nM^T D K_nM per matvec."""
+    M, t, lam = run.M, run.t, run.lam
+    b = nystrom_rhs(run.source, run.kernel, run.C, y_offset=run.y_offset, dtype=run.dtype,
+                    options=run.options, block_size=run.block_size, cache=run.cache) / run.W
+    if preconditioner is True:
+        P = nystrom_preconditioner(run.kernel, run.C, lam, options=run.options, dtype=run.dtype)
+    elif preconditioner is False or preconditioner is None:
+        P = None
+    else:
+        P = preconditioner
+
+    def gram(v):
+        return nystrom_normal_matvec(run.source, run.kernel, run.C, v, dtype=run.dtype,
+                                     options=run.options, block_size=run.block_size,
+                                     cache=run.cache) / run.W
+
+    start = None if coef0 is None else coef0.to(_F64).reshape(M, t)
+    if P is not None:
+        return _preconditioned_system(P, gram, b, start)
+    K_MM = KernelOperator(run.kernel, run.C, options=run.options).to_dense()
+
+    def matvec(a):
+        return gram(a) + lam * (K_MM @ a)
+
+    return _CGSystem(matvec=matvec, rhs=b, x0=start, to_coef=lambda a: a)
+
+
+def _preconditioned_system(P: NystromPreconditioner, gram, b: torch.Tensor,
+                           start: torch.Tensor | None) -> _CGSystem:
+    """B^T (H / W) B beta = B^T b / W, a = B beta (``gram``: v -> K_nM^T D K_nM v / W)."""
+    def matvec(beta):
+        u = P.apply(beta)
+        return P.system(beta, gram(u), u)
+
+    return _CGSystem(matvec=matvec, rhs=P.apply_t(b),
+                     x0=None if start is None else P.inverse(start), to_coef=P.apply)
+
+
+class _CGMonitor:
+    """The callback of a Nyström CG run, called after every pass: the change rule
+    (:func:`cg_energy_change`), the progress bar, validation early stopping (the best
+    coefficients kept), the user's callback and the checkpoint. ``state`` holds the counters
+    that a checkpoint stores and the stopping reason; ``cg_state`` CG's own vectors."""
+
+    def __init__(self, run: _NystromRun, system: _CGSystem, *, n_iter_no_change: int,
+                 callback, checkpoint: Checkpoint | None, coef0: torch.Tensor | None):
+        self.run, self.system, self.callback, self.checkpoint = run, system, callback, checkpoint
+        x0, rhs = system.x0, system.rhs
+        self.state: dict[str, Any] = {
+            "best_coef": None, "early": False, "prev": x0, "small": 0, "reason": "max_iter",
+            "t0": time.perf_counter(), "res": [1.0], "steps": deque(maxlen=_CHANGE_WINDOW),
+            "res_min": [], "change_min": [], "revised": False,
+            "R_prev": rhs if x0 is None else rhs - system.matvec(x0)}
+        self.monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
+        self.cg_state: dict[str, Any] = {}
+        saved = checkpoint.load(rhs.device) if checkpoint is not None else None
+        if saved is not None:
+            _restore_cg(saved, self.cg_state, self.state, self.monitor)
+        if run.validation is not None and saved is None:
+            self.score(0, torch.zeros(run.M, run.t, dtype=_F64) if coef0 is None
+                       else coef0.to(_F64).reshape(run.M, run.t))
+        # the bar counts this run's passes (a resumed run starts at the checkpoint's pass)
+        self.bar = progress(total=run.max_iter - int(self.cg_state.get("k", 0)),
+                            desc="Nystrom CG", verbose=run.verbose, unit="pass",
+                            upper_bound=True)
+        self.r_norm = torch.linalg.vector_norm(rhs, dim=0).clamp_min(1e-300)
+
+    def score(self, k: int, coef: torch.Tensor) -> bool:
+        """Validation MSE of ``coef`` after pass ``k``; True when the monitor stops."""
+        run = self.run
+        if run.validation is None:  # no validation rows: nothing to stop on
+            return False
+        mse = nystrom_validation_mse(run.validation, run.kernel, run.C, coef,
+                                     y_offset=run.y_offset, dtype=run.dtype,
+                                     options=run.options, block_size=run.block_size,
+                                     cache=run.val_cache)
+        stop = self.monitor.update(k, mse)
+        if self.monitor.best_iteration == k:
+            self.state["best_coef"] = coef.clone()
+        return stop
+
+    def __call__(self, k: int, X: torch.Tensor, R: torch.Tensor) -> bool:
+        state, run = self.state, self.run
+        res = float((torch.linalg.vector_norm(R, dim=0) / self.r_norm).max())
+        state["res"].append(res)
+        change = cg_energy_change(state, X, R, self.system.rhs, run.tol)
+        self._report(k, res, change)
+        stop = False
+        if state["small"] >= 2:
+            state["reason"] = "change"
+            stop = True
+        if run.validation is not None or self.callback is not None:
+            coef = self.system.to_coef(X)
+            if run.validation is not None and self.score(k, coef):
+                state["early"] = True
+                state["reason"] = "validation"
+                stop = True
+            if self.callback is not None and self.callback(k, coef):
+                state["reason"] = "callback"
+                stop = True
+        if self.checkpoint is not None and not stop and res > run.tol:
+            # a finished run never resumes
+            self.checkpoint.maybe_save(
+                lambda: _cg_checkpoint(self.cg_state, state, self.monitor))
+        return stop
+
+    def _report(self, k: int, res: float, change: float) -> None:
+        """Advance the bar; with ``verbose``, one estimate of the passes left, shown by the bar
+        and (``verbose`` > 1) a log line."""
+        state, verbose, max_iter = self.state, self.run.verbose, self.run.max_iter
+        if not verbose:
+            self.bar.update()
+            return
+        state["res_min"].append(min([res] + state["res_min"][-1:]))
+        state["change_min"].append(min([change] + state["change_min"][-1:]))
+        left = _passes_left(state["res_min"], state["change_min"], self.run.tol, max_iter - k)
+        done = len(state["change_min"])  # passes of this run, this one included
+        # max_iter stays a bound until a rate is measured and gives fewer passes
+        if state["revised"] or (done >= _RATE_WINDOW // 2 and left < max_iter - k):
+            state["revised"] = True
+            self.bar.set_total(done + left)
+        self.bar.set_postfix(residual=f"{res:.2e}", change=f"{change:.1e}", refresh=False)
+        self.bar.update()
+        if verbose > 1:
+            per_pass = (time.perf_counter() - state["t0"]) / done
+            logger.info("Nystrom CG pass %d/%d: residual %.3e, change %.2e, ~%.0f s left",
+                        k, max_iter, res, change, per_pass * left)
+
+
+def _cg_solution(run: _NystromRun, res: SolveResult, coef: torch.Tensor,
+                 best_coef: torch.Tensor | None, monitor: EarlyStopping, reason: str, *,
+                 stopped_early: bool, solver: str, log: logging.Logger) -> NystromSolution:
+    """The result of a CG run (``solver`` "cg" or "eigen_cg"): ``coef`` from its last iterate,
+    or the best on the validation rows."""
+    best_iter = res.n_iter
+    if run.validation is not None and best_coef is not None:
+        coef, best_iter = best_coef, monitor.best_iteration
+    name = "CG" if solver == "cg" else "eigen-CG"
+    if not torch.isfinite(coef).all():
+        raise DivergenceError(f"Nyström {name} produced non-finite coefficients.")
+    log.debug("Nystrom %s: %d iterations, residual %.3g, stopped by %s", name, res.n_iter,
+              res.residual_norms[-1], reason)
+    return NystromSolution(coef=coef, n_iter=res.n_iter,
+                           converged=res.converged or reason == "change",
                            residual_norms=res.residual_norms, validation_mse=monitor.losses,
-                           best_iter=best_iter, total_weight=W, stopped_early=state["early"],
-                           solver="cg", residual=float(res.residual_norms[-1]),
-                           stop_reason=reason, tolerance=tol, history=[("cg", res.n_iter)])
+                           best_iter=best_iter, total_weight=run.W, stopped_early=stopped_early,
+                           solver=solver, residual=float(res.residual_norms[-1]),
+                           stop_reason=reason, tolerance=run.tol,
+                           history=[(solver, res.n_iter)])
 
 
 def cg_energy_change(state: dict, X: torch.Tensor, R: torch.Tensor, rhs: torch.Tensor,

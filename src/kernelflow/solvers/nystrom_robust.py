@@ -51,7 +51,7 @@ import torch
 from ..collectives import all_reduce_sum
 from ..kernels import Kernel
 from ..linalg import cholesky
-from ..operators import KernelOperator, Options
+from ..operators import DenseOperator, KernelOperator, Options
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress, steps_to_reach
@@ -60,8 +60,8 @@ from ..utils.monitor import EarlyStopping
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .nystrom import (
     NystromPreconditioner,
-    _DenseBlock,
     _kernel_blocks,
+    _stored_block,
     nystrom_kernel_cache,
     nystrom_preconditioner,
     source_moments,
@@ -142,11 +142,11 @@ def nystrom_loss_pass(
     weight = torch.zeros(1, dtype=_F64)
     coef = coef.to(_F64)
     for op, b in _kernel_blocks(source, kernel, C, dtype, options, block_size, cache):
-        stored = isinstance(op, _DenseBlock)
+        stored = isinstance(op, DenseOperator)
         step = b.X.shape[0] if stored else tile
         for i0 in range(0, b.X.shape[0], step):
             i1 = min(i0 + step, b.X.shape[0])
-            blk = op if stored else _DenseBlock(op.rows(torch.arange(i0, i1)))
+            blk = op if stored else _stored_block(op.rows(torch.arange(i0, i1)))
             r = b.y[i0:i1].to(_F64) - blk.matmul(coef) - intercept
             psi, rho = _psi_rho(loss, r, delta)
             w = None if b.sample_weight is None else b.sample_weight[i0:i1].to(_F64)
