@@ -380,6 +380,161 @@ def _plain(t: torch.Tensor, vector: bool):
     return v.copy() if vector else float(v.reshape(-1)[0])
 
 
+def _check_learning_inputs(X, y, criterion, alpha, sigma_bounds, alpha_bounds, scale_bounds,
+                           counts: dict):
+    """X and Y as float64 tensors and the three bounds as float pairs, with clear errors."""
+    if criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}.")
+    X = torch.as_tensor(X).to(torch.float64)
+    Y = _as_2d(torch.as_tensor(y).to(dtype=torch.float64, device=X.device))
+    if X.ndim != 2 or X.shape[0] != Y.shape[0] or X.shape[0] < 3:
+        raise ValueError(f"X must be 2-D with the rows of y (at least 3), got {tuple(X.shape)}.")
+    if not (torch.isfinite(X).all() and torch.isfinite(Y).all()):
+        raise ValueError("X and y must be finite.")
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a positive finite number, got {alpha!r}.")
+    bounds = (check_bounds("sigma_bounds", sigma_bounds),
+              check_bounds("alpha_bounds", alpha_bounds),
+              check_bounds("scale_bounds", scale_bounds))
+    for name, v in counts.items():
+        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < (
+                0 if name == "n_random_starts" else 1):
+            raise ValueError(f"{name} must be an integer >= "
+                             f"{0 if name == 'n_random_starts' else 1}, got {v!r}.")
+    return X, Y, bounds
+
+
+@dataclass
+class _SearchBox:
+    """The search coordinates u: every positive parameter p as log p = lo + (hi - lo) sigmoid(u)
+    (a smooth bound in log scale), the kernel's learnable parameters then the penalty."""
+
+    params: list  # _learnable(kernel)
+    learn_alpha: bool
+    lo: torch.Tensor  # (P,) log lower bounds
+    hi: torch.Tensor  # (P,) log upper bounds
+    base: np.ndarray  # (P,) log of the given values
+    is_sigma: np.ndarray  # (P,) bool, the bandwidth entries
+    fixed_alpha: torch.Tensor
+
+    @classmethod
+    def build(cls, params, X, alpha, learn_alpha, bounds) -> _SearchBox:
+        sigma_bounds, alpha_bounds, scale_bounds = bounds
+        ref = median_heuristic(X)
+        logs = {"sigma": (math.log(ref * sigma_bounds[0]), math.log(ref * sigma_bounds[1])),
+                "scale": tuple(map(math.log, scale_bounds)),
+                "alpha": tuple(map(math.log, alpha_bounds))}
+        kinds = [p[3] for p in params] + (["alpha"] if learn_alpha else [])
+        sizes = [p[1].size for p in params] + ([1] if learn_alpha else [])
+        lo = torch.tensor(np.repeat([logs[k][0] for k in kinds], sizes), dtype=torch.float64)
+        hi = torch.tensor(np.repeat([logs[k][1] for k in kinds], sizes), dtype=torch.float64)
+        base = np.concatenate([np.log(p[1]) for p in params]
+                              + ([[math.log(alpha)]] if learn_alpha else []))
+        is_sigma = np.repeat([k == "sigma" for k in kinds], sizes)
+        return cls(params, learn_alpha, lo, hi, base, is_sigma,
+                   torch.tensor(float(alpha), dtype=torch.float64))
+
+    def unpack(self, u):
+        """(kernel parameter values, penalty) at ``u``."""
+        theta = self.lo + (self.hi - self.lo) * torch.sigmoid(u)
+        vals, start = [], 0
+        for p in self.params:
+            chunk = theta[start:start + p[1].size].exp()
+            vals.append(chunk if p[2] else chunk[0])
+            start += p[1].size
+        a = theta[start].exp() if self.learn_alpha else self.fixed_alpha
+        return vals, a
+
+
+class _Evaluations:
+    """The criterion at search coordinates, each evaluation counted on the progress bar;
+    ``objective`` is the float64 criterion, ``search`` the one screened and searched first."""
+
+    def __init__(self, kernel, box: _SearchBox, objective, search, bar):
+        self.kernel, self.box, self.bar = kernel, box, bar
+        self.names = [p[0] for p in box.params]
+        self.objective, self.search = objective, search
+
+    def value_at(self, u, fn):
+        vals, a = self.box.unpack(u)
+        self.bar.update()
+        return fn(_with(self.kernel, self.names, vals), a)
+
+    def safe_value(self, u, fn) -> float:
+        """The criterion as a float; inf where it fails or is not finite."""
+        with torch.no_grad():
+            try:
+                f = float(self.value_at(u, fn))
+            except (ValueError, torch.linalg.LinAlgError):
+                return math.inf
+        return f if math.isfinite(f) else math.inf
+
+
+def _screened_starts(ev: _Evaluations, n_starts) -> list[tuple[float, int, torch.Tensor]]:
+    """Screen the starts by their criterion (one evaluation each), coordinate-wise: the penalty
+    factors at the given bandwidths, then the bandwidth factors at the best penalty. Returns
+    (criterion, order, u) sorted, best first."""
+    box = ev.box
+    starts: list[tuple[float, int, torch.Tensor]] = []
+
+    def screen(fs, fa):
+        theta = box.base + np.where(box.is_sigma, math.log(fs), 0.0)
+        if box.learn_alpha:
+            theta[-1] += math.log(fa)
+        frac = (torch.tensor(theta) - box.lo) / (box.hi - box.lo)
+        u = torch.logit(frac.clamp(1e-6, 1 - 1e-6))
+        fn = ev.search if float(box.unpack(u)[1]) >= _FLOAT32_MIN_ALPHA else ev.objective
+        starts.append((ev.safe_value(u, fn), len(starts), u))
+        return starts[-1][0]
+
+    alpha_values = [screen(1.0, fa) for fa in (_ALPHA_FACTORS if box.learn_alpha else (1.0,))]
+    fa_best = (_ALPHA_FACTORS if box.learn_alpha else (1.0,))[int(np.argmin(alpha_values))]
+    for fs in _SIGMA_FACTORS[1:max(1, int(n_starts))]:
+        screen(fs, fa_best)
+    starts.sort(key=lambda t: (t[0], t[1]))
+    return starts
+
+
+def _random_runs(ev: _Evaluations, starts, n_random_starts, random_state,
+                 order: int) -> list[tuple[float, int, torch.Tensor]]:
+    """Log-uniform draws around the best screened start (a factor of RESTART_SPAN either way),
+    clipped to the bounds: draws over the whole bounds (six decades of bandwidth) mostly start
+    on the flat plateaus of a near-diagonal or near-constant kernel. ``order`` numbers the
+    first draw."""
+    box = ev.box
+    rng = np.random.RandomState(random_state if isinstance(random_state, int) else 0)
+    theta0 = box.lo + (box.hi - box.lo) * torch.sigmoid(starts[0][2])
+    runs: list[tuple[float, int, torch.Tensor]] = []
+    for _ in range(int(n_random_starts)):
+        theta = theta0 + torch.as_tensor(rng.uniform(-1.0, 1.0, size=box.lo.numel())
+                                         * math.log(RESTART_SPAN))
+        frac = ((theta - box.lo) / (box.hi - box.lo)).clamp(1e-6, 1 - 1e-6)
+        u = torch.logit(frac)
+        runs.append((ev.safe_value(u, ev.objective), order + len(runs), u))
+    return runs
+
+
+def _optimise_starts(ev: _Evaluations, runs, max_iter, tol):
+    """L-BFGS from every start with a finite criterion; returns the best (criterion, u,
+    iterations) or None, and the final criterion of every run."""
+    best = None
+    finals = []
+    for f0, _, u0 in runs:
+        if not math.isfinite(f0):
+            continue
+        u, f, n_iter = _lbfgs(u0, ev.value_at, ev.search, ev.objective, max_iter, tol,
+                              lambda u: ev.box.unpack(u)[1])
+        if not math.isfinite(f) or f > f0:
+            if ev.search is not ev.objective:  # f0 may be a float32 value: compare in float64
+                f0 = ev.safe_value(u0, ev.objective)
+            if not math.isfinite(f) or f > f0:
+                f, u = f0, u0
+        finals.append(f)
+        if math.isfinite(f) and (best is None or f < best[0]):
+            best = (f, u, n_iter)
+    return best, finals
+
+
 def learn_hyperparameters(
     X, y, kernel: Kernel, *, criterion="marginal_likelihood", alpha=1e-2, learn_alpha=True,
     centers=None, validation_fraction=0.2, sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3),
@@ -470,27 +625,12 @@ def learn_hyperparameters(
     >>> bool(res.kernel.sigma[1] > res.kernel.sigma[0])  # the second feature is irrelevant
     True
     """
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}.")
+    X, Y, bounds = _check_learning_inputs(
+        X, y, criterion, alpha, sigma_bounds, alpha_bounds, scale_bounds,
+        {"n_starts": n_starts, "n_restarts": n_restarts, "n_random_starts": n_random_starts,
+         "max_iter": max_iter})
     if tol is None:
         tol = 1e-4 if criterion.endswith("marginal_likelihood") else 1e-6
-    X = torch.as_tensor(X).to(torch.float64)
-    Y = _as_2d(torch.as_tensor(y).to(dtype=torch.float64, device=X.device))
-    if X.ndim != 2 or X.shape[0] != Y.shape[0] or X.shape[0] < 3:
-        raise ValueError(f"X must be 2-D with the rows of y (at least 3), got {tuple(X.shape)}.")
-    if not (torch.isfinite(X).all() and torch.isfinite(Y).all()):
-        raise ValueError("X and y must be finite.")
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise ValueError(f"alpha must be a positive finite number, got {alpha!r}.")
-    sigma_bounds = check_bounds("sigma_bounds", sigma_bounds)
-    alpha_bounds = check_bounds("alpha_bounds", alpha_bounds)
-    scale_bounds = check_bounds("scale_bounds", scale_bounds)
-    for name, v in (("n_starts", n_starts), ("n_restarts", n_restarts),
-                    ("n_random_starts", n_random_starts), ("max_iter", max_iter)):
-        if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < (
-                0 if name == "n_random_starts" else 1):
-            raise ValueError(f"{name} must be an integer >= "
-                             f"{0 if name == 'n_random_starts' else 1}, got {v!r}.")
     kernel.validate()
     params = _learnable(kernel, X.shape[1])
     if not params and not learn_alpha:
@@ -499,10 +639,7 @@ def learn_hyperparameters(
         if centers is None:
             raise ValueError(f"criterion={criterion!r} needs Nyström centres.")
         centers = torch.as_tensor(centers).to(dtype=torch.float64, device=X.device)
-    ref = median_heuristic(X)
-    bounds = {"sigma": (math.log(ref * sigma_bounds[0]), math.log(ref * sigma_bounds[1])),
-              "scale": tuple(map(math.log, scale_bounds)),
-              "alpha": tuple(map(math.log, alpha_bounds))}
+    box = _SearchBox.build(params, X, alpha, learn_alpha, bounds)
     objective = _objective(criterion, X, Y, centers, validation_fraction, random_state)
     search = objective
     if _search_dtype(search_dtype, criterion, kernel,
@@ -512,102 +649,27 @@ def learn_hyperparameters(
         search = _objective(criterion, Xc, Y.to(torch.float32), None, validation_fraction,
                             random_state)
 
-    names = [p[0] for p in params]
-    kinds = [p[3] for p in params] + (["alpha"] if learn_alpha else [])
-    sizes = [p[1].size for p in params] + ([1] if learn_alpha else [])
-    lo = torch.tensor(np.repeat([bounds[k][0] for k in kinds], sizes), dtype=torch.float64)
-    hi = torch.tensor(np.repeat([bounds[k][1] for k in kinds], sizes), dtype=torch.float64)
-    base = np.concatenate([np.log(p[1]) for p in params] + ([[math.log(alpha)]] if learn_alpha
-                                                            else []))
-    is_sigma = np.repeat([k == "sigma" for k in kinds], sizes)
-    fixed_alpha = torch.tensor(float(alpha), dtype=torch.float64)
-
-    def unpack(u):
-        theta = lo + (hi - lo) * torch.sigmoid(u)
-        vals, start = [], 0
-        for p in params:
-            chunk = theta[start:start + p[1].size].exp()
-            vals.append(chunk if p[2] else chunk[0])
-            start += p[1].size
-        a = theta[start].exp() if learn_alpha else fixed_alpha
-        return vals, a
-
     n_screen = ((len(_ALPHA_FACTORS) if learn_alpha else 1)
                 + len(_SIGMA_FACTORS[1:max(1, int(n_starts))]))
     n_runs = min(max(1, int(n_restarts)), n_screen) + int(n_random_starts)
     bar = progress(total=n_screen + int(n_random_starts) + n_runs * (int(max_iter) * 5 // 4),
                    desc=f"hyperparameters ({criterion})", verbose=verbose, unit="eval",
                    upper_bound=True)
-
-    def value_at(u, fn=objective):
-        vals, a = unpack(u)
-        bar.update()
-        return fn(_with(kernel, names, vals), a)
-
-    def safe_value(u, fn=objective):
-        with torch.no_grad():
-            try:
-                f = float(value_at(u, fn))
-            except (ValueError, torch.linalg.LinAlgError):
-                return math.inf
-        return f if math.isfinite(f) else math.inf
-
-    # screen the starts by their criterion (one evaluation each), coordinate-wise: the penalty
-    # factors at the given bandwidths, then the bandwidth factors at the best penalty
-    starts: list[tuple[float, int, torch.Tensor]] = []
-
-    def screen(fs, fa):
-        theta = base + np.where(is_sigma, math.log(fs), 0.0)
-        if learn_alpha:
-            theta[-1] += math.log(fa)
-        frac = (torch.tensor(theta) - lo) / (hi - lo)
-        u = torch.logit(frac.clamp(1e-6, 1 - 1e-6))
-        fn = search if float(unpack(u)[1]) >= _FLOAT32_MIN_ALPHA else objective
-        starts.append((safe_value(u, fn), len(starts), u))
-        return starts[-1][0]
-
-    alpha_values = [screen(1.0, fa) for fa in (_ALPHA_FACTORS if learn_alpha else (1.0,))]
-    fa_best = (_ALPHA_FACTORS if learn_alpha else (1.0,))[int(np.argmin(alpha_values))]
-    for fs in _SIGMA_FACTORS[1:max(1, int(n_starts))]:
-        screen(fs, fa_best)
-    starts.sort(key=lambda t: (t[0], t[1]))
+    ev = _Evaluations(kernel, box, objective, search, bar)
+    starts = _screened_starts(ev, n_starts)
     runs = starts[:max(1, int(n_restarts))]
     if n_random_starts:
-        # log-uniform draws around the best screened start (a factor of RESTART_SPAN either
-        # way), clipped to the bounds: draws over the whole bounds (six decades of bandwidth)
-        # mostly start on the flat plateaus of a near-diagonal or near-constant kernel
-        rng = np.random.RandomState(random_state if isinstance(random_state, int) else 0)
-        theta0 = lo + (hi - lo) * torch.sigmoid(starts[0][2])
-        for _ in range(int(n_random_starts)):
-            theta = theta0 + torch.as_tensor(rng.uniform(-1.0, 1.0, size=lo.numel())
-                                             * math.log(RESTART_SPAN))
-            frac = ((theta - lo) / (hi - lo)).clamp(1e-6, 1 - 1e-6)
-            u = torch.logit(frac)
-            runs.append((safe_value(u, objective), len(starts) + len(runs), u))
-
-    best = None
-    finals = []
-    for f0, _, u0 in runs:
-        if not math.isfinite(f0):
-            continue
-        u, f, n_iter = _lbfgs(u0, value_at, search, objective, max_iter, tol,
-                              lambda u: unpack(u)[1])
-        if not math.isfinite(f) or f > f0:
-            if search is not objective:  # f0 may be a float32 value: compare in float64
-                f0 = safe_value(u0, objective)
-            if not math.isfinite(f) or f > f0:
-                f, u = f0, u0
-        finals.append(f)
-        if math.isfinite(f) and (best is None or f < best[0]):
-            best = (f, u, n_iter)
+        runs += _random_runs(ev, starts, n_random_starts, random_state, len(starts) + len(runs))
+    best, finals = _optimise_starts(ev, runs, max_iter, tol)
     bar.close()
     if best is None:
         raise ValueError(f"Every start of the {criterion!r} optimisation failed (non-finite "
                          "criterion); check the data scale or the bounds.")
     f, u, n_iter = best
     with torch.no_grad():
-        vals, a = unpack(u)
-    learned = _with(kernel, names, [_plain(v, p[2]) for v, p in zip(vals, params, strict=True)])
+        vals, a = box.unpack(u)
+    learned = _with(kernel, ev.names,
+                    [_plain(v, p[2]) for v, p in zip(vals, params, strict=True)])
     s2 = _signal_variance(learned, float(a), X, Y, centers if criterion in NYSTROM_CRITERIA
                           else None)
     return HyperparameterResult(learned, float(a), criterion, f, s2, n_iter, finals)
