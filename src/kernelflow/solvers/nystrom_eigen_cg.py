@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -46,19 +48,20 @@ from ..kernels import Kernel
 from ..linalg import cholesky, conjugate_gradient
 from ..operators import KernelOperator, Options, memory_budget
 from ..sources import DataSource
-from ..utils._finite import DivergenceError
 from ..utils._progress import progress
 from ..utils.monitor import EarlyStopping
 from .nystrom import (
     _CHANGE_WINDOW,
-    DEFAULT_TOL,
     NystromSolution,
+    _cg_solution,
+    _nystrom_run,
+    _NystromRun,
+    _require_targets,
+    _resolve_tol,
     cg_energy_change,
-    nystrom_kernel_cache,
     nystrom_normal_matvec,
     nystrom_rhs,
     nystrom_validation_mse,
-    source_moments,
 )
 
 __all__ = ["EigenPreconditioner", "eigen_preconditioner", "default_rank", "nystrom_eigen_cg"]
@@ -215,98 +218,95 @@ def nystrom_eigen_cg(
     >>> sol.converged, bool(torch.allclose(K @ sol.coef, K @ ref, rtol=0, atol=1e-6))
     (True, True)
     """
-    if source.n_outputs == 0:
-        raise ValueError("the training source has no targets.")
+    _require_targets(source)
     if not alpha > 0:
         raise ValueError(f"alpha must be > 0, got {alpha}.")
     if rank is not None and int(rank) < 1:
         raise ValueError(f"rank must be >= 1, got {rank}.")
-    C = centers.to(_F64)
-    M, t = C.shape[0], source.n_outputs
-    W, _, _ = moments if moments is not None else source_moments(source, block_size=block_size)
-    if not W > 0:
-        raise ValueError("the total sample weight must be positive.")
-    lam = float(alpha) / W
-    if tol is None:
-        cg_tol = (options or Options()).cg_tol
-        tol = DEFAULT_TOL.get(dtype, 1e-3) if cg_tol is None else float(cg_tol)
-    tol = float(tol)
+    run = _nystrom_run(source, kernel, centers, alpha, moments=moments, validation=validation,
+                       store_kernel=store_kernel, dtype=dtype, options=options,
+                       block_size=block_size, y_offset=y_offset,
+                       tol=_resolve_tol(tol, dtype, options, 1e-3), max_iter=max_iter,
+                       verbose=verbose)
+    M, t = run.M, run.t
     s = default_rank(M, options) if rank is None else int(min(rank, M))
     gen = torch.Generator().manual_seed(int(random_state))
-    P = eigen_preconditioner(kernel, C, lam, s, options=options, generator=gen)
+    P = eigen_preconditioner(kernel, run.C, run.lam, s, options=options, generator=gen)
     logger.debug("eigen-CG preconditioner: rank %d of %d, eigenvalues %.3g .. %.3g",
                  P.V.shape[1], M, float(P.sigma[0]), float(P.sigma[-1]))
+    b, matvec = _eigen_cg_system(run)
+    x0 = None if coef0 is None else coef0.to(_F64).reshape(M, t)
+    watch = _EigenCGMonitor(run, b, matvec, x0, n_iter_no_change=n_iter_no_change,
+                            callback=callback)
+    with watch.bar:
+        res = conjugate_gradient(matvec, b, x0=x0, max_iter=max_iter, tol=run.tol * run.tol,
+                                 preconditioner=P.apply_inverse, callback=watch)
+    reason = "residual" if res.converged else watch.state["reason"]
+    return _cg_solution(run, res, res.x.reshape(M, t), watch.state["best"], watch.monitor,
+                        reason, stopped_early=reason == "validation", solver="eigen_cg",
+                        log=logger)
 
-    cache = val_cache = None
-    if store_kernel is not False:
-        frac = 1.0 if store_kernel else 0.5
-        cache = nystrom_kernel_cache(source, kernel, C, dtype=dtype, options=options,
-                                     block_size=block_size, fraction=frac)
-        if cache is not None and validation is not None:
-            val_cache = nystrom_kernel_cache(validation, kernel, C, dtype=dtype,
-                                             options=options, block_size=block_size,
-                                             fraction=frac / 4)
-    Cd = C.to(dtype)
-    K_MM = KernelOperator(kernel, Cd, options=(options or Options()).replace(
-        accumulate_float64=True))
-    b = nystrom_rhs(source, kernel, C, y_offset=y_offset, dtype=dtype, options=options,
-                    block_size=block_size, cache=cache) / W
+
+def _eigen_cg_system(run: _NystromRun) -> tuple[torch.Tensor, Callable[[torch.Tensor],
+                                                                       torch.Tensor]]:
+    """b = K_nM^T D (y - y_offset) / W (one pass) and the matrix of (1) as a product: one
+    streamed pass and one tiled K_MM product (float64 sums), no stored M x M matrix."""
+    K_MM = KernelOperator(run.kernel, run.C.to(run.dtype), options=(
+        run.options or Options()).replace(accumulate_float64=True))
+    b = nystrom_rhs(run.source, run.kernel, run.C, y_offset=run.y_offset, dtype=run.dtype,
+                    options=run.options, block_size=run.block_size, cache=run.cache) / run.W
+    lam = run.lam
 
     def matvec(a):  # (M, t) float64 -> (M, t): the matrix of (1) times a
-        g = nystrom_normal_matvec(source, kernel, C, a, dtype=dtype, options=options,
-                                  block_size=block_size, cache=cache) / W
+        g = nystrom_normal_matvec(run.source, run.kernel, run.C, a, dtype=run.dtype,
+                                  options=run.options, block_size=run.block_size,
+                                  cache=run.cache) / run.W
         return g + lam * K_MM.matmul(a).to(_F64)
 
-    x0 = None if coef0 is None else coef0.to(_F64).reshape(M, t)
-    monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
-    state: dict = {"best": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
-                   "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW)}
+    return b, matvec
 
-    def score(k, coef):
-        mse = nystrom_validation_mse(validation, kernel, C, coef, y_offset=y_offset,
-                                     dtype=dtype, options=options, block_size=block_size,
-                                     cache=val_cache)
-        stop = monitor.update(k, mse)
-        if monitor.best_iteration == k:
-            state["best"] = coef.clone()
+
+class _EigenCGMonitor:
+    """The callback of an eigen-CG run: the change rule (:func:`cg_energy_change`), the bar,
+    validation early stopping (the best coefficients kept) and the user's callback."""
+
+    def __init__(self, run: _NystromRun, b: torch.Tensor, matvec, x0: torch.Tensor | None, *,
+                 n_iter_no_change: int, callback):
+        self.run, self.b, self.callback = run, b, callback
+        self.monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
+        self.state: dict[str, Any] = {
+            "best": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
+            "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW)}
+        if run.validation is not None:
+            self.score(0, torch.zeros(run.M, run.t, dtype=_F64) if x0 is None else x0)
+        self.bar = progress(total=run.max_iter, desc="Nystrom eigen-CG", verbose=run.verbose,
+                            unit="pass", upper_bound=True)
+
+    def score(self, k: int, coef: torch.Tensor) -> bool:
+        """Validation MSE of ``coef`` after pass ``k``; True when the monitor stops."""
+        run = self.run
+        if run.validation is None:  # no validation rows: nothing to stop on
+            return False
+        mse = nystrom_validation_mse(run.validation, run.kernel, run.C, coef,
+                                     y_offset=run.y_offset, dtype=run.dtype,
+                                     options=run.options, block_size=run.block_size,
+                                     cache=run.val_cache)
+        stop = self.monitor.update(k, mse)
+        if self.monitor.best_iteration == k:
+            self.state["best"] = coef.clone()
         return stop
 
-    if validation is not None:
-        score(0, torch.zeros(M, t, dtype=_F64) if x0 is None else x0)
-
-    bar = progress(total=max_iter, desc="Nystrom eigen-CG", verbose=verbose, unit="pass",
-                   upper_bound=True)
-
-    def cb(k, X, R):
-        change = cg_energy_change(state, X, R, b, tol)
-        bar.set_postfix(change=f"{change:.1e}", refresh=False)
-        bar.update()
+    def __call__(self, k: int, X: torch.Tensor, R: torch.Tensor) -> bool:
+        state = self.state
+        change = cg_energy_change(state, X, R, self.b, self.run.tol)
+        self.bar.set_postfix(change=f"{change:.1e}", refresh=False)
+        self.bar.update()
         stop = False
         if state["small"] >= 2:
             state["reason"], stop = "change", True
-        if validation is not None and score(k, X.clone()):
+        if self.run.validation is not None and self.score(k, X.clone()):
             state["reason"], stop = "validation", True
-        if callback is not None and callback(k, X.clone()):
+        if self.callback is not None and self.callback(k, X.clone()):
             state["reason"], stop = "callback", True
         return stop
-
-    with bar:
-        res = conjugate_gradient(matvec, b, x0=x0, max_iter=max_iter, tol=tol * tol,
-                                 preconditioner=P.apply_inverse, callback=cb)
-    reason = "residual" if res.converged else state["reason"]
-    converged = res.converged or reason == "change"
-    coef = res.x.reshape(M, t)
-    best_iter = res.n_iter
-    if validation is not None and state["best"] is not None:
-        coef, best_iter = state["best"], monitor.best_iteration
-    if not torch.isfinite(coef).all():
-        raise DivergenceError("Nyström eigen-CG produced non-finite coefficients.")
-    logger.debug("Nystrom eigen-CG: %d iterations, residual %.3g, stopped by %s", res.n_iter,
-                 res.residual_norms[-1], reason)
-    return NystromSolution(coef=coef, n_iter=res.n_iter, converged=converged,
-                           residual_norms=res.residual_norms, validation_mse=monitor.losses,
-                           best_iter=best_iter, total_weight=W,
-                           stopped_early=reason == "validation", solver="eigen_cg",
-                           residual=float(res.residual_norms[-1]), stop_reason=reason,
-                           tolerance=tol, history=[("eigen_cg", res.n_iter)])
 
