@@ -74,6 +74,104 @@ def softmax_objective(F: torch.Tensor, labels: torch.Tensor, w: torch.Tensor | N
     return loss + 0.5 * alpha * (A * KA_mm).sum()
 
 
+class _WhitenedProblem:
+    """Problem (1) in whitened Nyström coordinates A = T Theta, with its gradient, Hessian
+    product and Falkon preconditioner; vectors stack Theta (r x c, row-major) then b (c)."""
+
+    def __init__(self, matmul, t_matmul, K_mm, labels, n_classes, alpha, sample_weight,
+                 fit_intercept):
+        self.matmul, self.t_matmul = matmul, t_matmul
+        self.labels, self.alpha, self.fit_intercept = labels, alpha, fit_intercept
+        self.M, self.c = K_mm.shape[0], int(n_classes)
+        self.n = n = labels.shape[0]
+        K_mm = K_mm.to(_F64)
+        self.w = w = None if sample_weight is None else sample_weight.to(_F64)
+        self.W = float(n if w is None else w.sum())
+        self.Y = torch.zeros(n, self.c, dtype=_F64)
+        self.Y[torch.arange(n), labels] = 1.0
+        # K_MM = U diag(s) U^T, A = T Theta with T = U s^{-1/2} on the eigenvalues above
+        # rounding level, so that tr(A^T K_MM A) = ||Theta||^2 and the directions that K_MM
+        # cannot resolve (where A could grow without changing f) are dropped.
+        s_mm, U_mm = torch.linalg.eigh(0.5 * (K_mm + K_mm.T))
+        keep = s_mm > float(s_mm.max().clamp_min(1e-300)) * max(1e-10, 10 * self.M * _EPS)
+        self.T = U_mm[:, keep] / s_mm[keep].sqrt()
+        self.g_1 = U_mm[:, keep].sum(0) * s_mm[keep].sqrt()  # (K_MM T)^T 1
+        self.lam_mm = s_mm[keep]
+        self.r_dim = int(keep.sum())
+
+    def split(self, v):
+        VA = v[:self.r_dim * self.c].reshape(self.r_dim, self.c)
+        return VA, (v[self.r_dim * self.c:] if self.fit_intercept else None)
+
+    def wcol(self, Z):
+        return Z if self.w is None else Z * self.w[:, None]
+
+    def gradient(self, P, Th):
+        R = self.wcol(P - self.Y)
+        gA = self.T.T @ self.t_matmul(R) + self.alpha * Th
+        gb = R.sum(0) if self.fit_intercept else R.new_zeros(0)
+        return torch.cat([gA.reshape(-1), gb])
+
+    def objective(self, F, Th) -> float:
+        return float(softmax_objective(F, self.labels, self.w, Th, Th, self.alpha))
+
+    def hessian(self, P):
+        """v -> H v at the probabilities P, on (len, 1) columns."""
+
+        def hess(v):
+            VA, vb = self.split(v[:, 0])
+            U = self.matmul(self.T @ VA)
+            if vb is not None:
+                U = U + vb
+            S = self.wcol(P * U - P * (P * U).sum(1, keepdim=True))
+            hA = self.T.T @ self.t_matmul(S) + self.alpha * VA
+            hb = S.sum(0) if self.fit_intercept else S.new_zeros(0)
+            return torch.cat([hA.reshape(-1), hb]).reshape(-1, 1)
+
+        return hess
+
+    def preconditioner(self, P):
+        """Falkon's (d W / M K_MM^2 + alpha K_MM)^{-1} in whitened coordinates, diagonal,
+        bordered by the intercept row (d W, its coupling d W / M G^T 1): the inverse by the
+        Schur complement of the diagonal block, O(r c); output on sum-zero vectors."""
+        c, W, M, r_dim = self.c, self.W, self.M, self.r_dim
+        # (c,) average curvatures on sum-zero vectors
+        d = (self.wcol(P * (1.0 - P)).sum(0) / W * (c / (c - 1))).clamp_min(1e-8)
+        diag = d[None, :] * W * (self.lam_mm[:, None] / M) + self.alpha  # (r, c)
+        u = d[None, :] * (W / M) * self.g_1[:, None]  # (r, c)
+        schur = (d * W - (u * u / diag).sum(0)).clamp_min(_EPS * d * W)  # (c,)
+
+        def apply_aug(R):
+            rA = R[:r_dim]
+            if not self.fit_intercept:
+                return rA / diag
+            zb = (R[r_dim] - (u * rA / diag).sum(0)) / schur
+            return torch.cat([(rA - u * zb) / diag, zb[None]], 0)
+
+        def precondition(r):
+            rA, rb = self.split(r[:, 0])
+            R = rA if rb is None else torch.cat([rA, rb[None]], 0)
+            Z = apply_aug(R)
+            Z = Z - Z.mean(1, keepdim=True)  # stay on vectors summing to zero over classes
+            return torch.cat([Z[:r_dim].reshape(-1), Z[r_dim:].reshape(-1)]).reshape(-1, 1)
+
+        return precondition
+
+
+def _armijo(pb: _WhitenedProblem, Th, F, J: float, dA, dF, slope: float):
+    """Backtracking from the full step (halving, at most 40 trials) until J decreases by
+    1e-4 t slope; returns (t, Theta, F, J) of the accepted step, or None."""
+    t = 1.0
+    for _ in range(40):
+        Th_new = Th + t * dA
+        F_new = F + t * dF
+        J_new = pb.objective(F_new, Th_new)
+        if J_new <= J + 1e-4 * t * slope:
+            return t, Th_new, F_new, J_new
+        t *= 0.5
+    return None
+
+
 def nystrom_logistic_newton(
     matmul: Callable[[torch.Tensor], torch.Tensor],  # V (M, c) -> K V (n, c)
     t_matmul: Callable[[torch.Tensor], torch.Tensor],  # U (n, c) -> K^T U (M, c)
@@ -109,119 +207,48 @@ def nystrom_logistic_newton(
     """
     if not (alpha > 0 and math.isfinite(alpha)):
         raise ValueError(f"alpha must be positive and finite, got {alpha!r}.")
-    M, c = K_mm.shape[0], int(n_classes)
-    n = labels.shape[0]
-    K_mm = K_mm.to(_F64)
-    w = None if sample_weight is None else sample_weight.to(_F64)
-    W = float(n if w is None else w.sum())
-    Y = torch.zeros(n, c, dtype=_F64)
-    Y[torch.arange(n), labels] = 1.0
-    # Whitened Nyström coordinates: K_MM = U diag(s) U^T, A = T Theta with T = U s^{-1/2} on
-    # the eigenvalues above rounding level, so that tr(A^T K_MM A) = ||Theta||^2 and the
-    # directions that K_MM cannot resolve (where A could grow without changing f) are dropped.
-    s_mm, U_mm = torch.linalg.eigh(0.5 * (K_mm + K_mm.T))
-    keep = s_mm > float(s_mm.max().clamp_min(1e-300)) * max(1e-10, 10 * M * _EPS)
-    T = U_mm[:, keep] / s_mm[keep].sqrt()
-    g_1 = U_mm[:, keep].sum(0) * s_mm[keep].sqrt()  # (K_MM T)^T 1
-    lam_mm = s_mm[keep]
-    r_dim = int(keep.sum())
-
-    def split(v):
-        VA = v[:r_dim * c].reshape(r_dim, c)
-        return VA, (v[r_dim * c:] if fit_intercept else None)
-
-    def wcol(Z):
-        return Z if w is None else Z * w[:, None]
-
-    def gradient(P, Th):
-        R = wcol(P - Y)
-        gA = T.T @ t_matmul(R) + alpha * Th
-        gb = R.sum(0) if fit_intercept else R.new_zeros(0)
-        return torch.cat([gA.reshape(-1), gb])
-
-    def objective(F, Th):
-        return float(softmax_objective(F, labels, w, Th, Th, alpha))
-
-    Th = torch.zeros(r_dim, c, dtype=_F64)
+    pb = _WhitenedProblem(matmul, t_matmul, K_mm, labels, n_classes, alpha, sample_weight,
+                          fit_intercept)
+    c = pb.c
+    Th = torch.zeros(pb.r_dim, c, dtype=_F64)
     b = torch.zeros(c, dtype=_F64)
-    F = torch.zeros(n, c, dtype=_F64)
-    J = objective(F, Th)
+    F = torch.zeros(pb.n, c, dtype=_F64)
+    J = pb.objective(F, Th)
     P = torch.softmax(F, 1)
-    g = gradient(P, Th)
+    g = pb.gradient(P, Th)
     g0 = float(torch.linalg.vector_norm(g))
     norms, cg_its = [g0], []
     converged = g0 == 0.0
     k = 0
     while not converged and k < max_iter:
         k += 1
-        # (c,) average curvatures on sum-zero vectors
-        d = (wcol(P * (1.0 - P)).sum(0) / W * (c / (c - 1))).clamp_min(1e-8)
-        # Falkon's (d W / M K_MM^2 + alpha K_MM)^{-1} in whitened coordinates, diagonal,
-        # bordered by the intercept row (d W, its coupling d W / M G^T 1): the inverse by the
-        # Schur complement of the diagonal block, O(r c).
-        diag = d[None, :] * W * (lam_mm[:, None] / M) + alpha  # (r, c)
-        u = d[None, :] * (W / M) * g_1[:, None]  # (r, c)
-        schur = (d * W - (u * u / diag).sum(0)).clamp_min(_EPS * d * W)  # (c,)
-
-        def apply_aug(R, diag=diag, u=u, schur=schur):
-            rA = R[:r_dim]
-            if not fit_intercept:
-                return rA / diag
-            zb = (R[r_dim] - (u * rA / diag).sum(0)) / schur
-            return torch.cat([(rA - u * zb) / diag, zb[None]], 0)
-
-        def precondition(r, apply_aug=apply_aug):
-            rA, rb = split(r[:, 0])
-            R = rA if rb is None else torch.cat([rA, rb[None]], 0)
-            Z = apply_aug(R)
-            Z = Z - Z.mean(1, keepdim=True)  # stay on vectors summing to zero over classes
-            return torch.cat([Z[:r_dim].reshape(-1), Z[r_dim:].reshape(-1)]).reshape(-1, 1)
-
-        def hess(v, P=P):
-            VA, vb = split(v[:, 0])
-            U = matmul(T @ VA)
-            if vb is not None:
-                U = U + vb
-            S = wcol(P * U - P * (P * U).sum(1, keepdim=True))
-            hA = T.T @ t_matmul(S) + alpha * VA
-            hb = S.sum(0) if fit_intercept else S.new_zeros(0)
-            return torch.cat([hA.reshape(-1), hb]).reshape(-1, 1)
-
         rel = norms[-1] / g0
         forcing = max(min(0.1, rel**0.5), min(0.5, 0.5 * tol / rel), 1e-14)
-        res = conjugate_gradient(hess, -g, tol=forcing, max_iter=cg_max_iter,
-                                 preconditioner=precondition)
+        res = conjugate_gradient(pb.hessian(P), -g, tol=forcing, max_iter=cg_max_iter,
+                                 preconditioner=pb.preconditioner(P))
         cg_its.append(res.n_iter)
         step = res.x[:, 0] if res.x.ndim == 2 else res.x
         slope = float(g @ step)
         if not slope < 0:  # not a descent direction (CG broke down): steepest descent
             step, slope = -g, -float(g @ g)
-        dA, db = split(step)
-        dF = matmul(T @ dA)  # one product for every trial step
+        dA, db = pb.split(step)
+        dF = matmul(pb.T @ dA)  # one product for every trial step
         if db is not None:
             dF = dF + db
-        t, accepted = 1.0, False
-        for _ in range(40):
-            Th_new = Th + t * dA
-            F_new = F + t * dF
-            J_new = objective(F_new, Th_new)
-            if J_new <= J + 1e-4 * t * slope:
-                accepted = True
-                break
-            t *= 0.5
-        if not accepted:  # J is flat to rounding around the iterate
+        accepted = _armijo(pb, Th, F, J, dA, dF, slope)
+        if accepted is None:  # J is flat to rounding around the iterate
             break
-        Th, F, J = Th_new, F_new, J_new
+        t, Th, F, J = accepted
         if db is not None:
             b = b + t * db
         P = torch.softmax(F, 1)
-        g = gradient(P, Th)
+        g = pb.gradient(P, Th)
         norms.append(float(torch.linalg.vector_norm(g)))
         logger.debug("Newton %d: J = %.10g, |grad| = %.3g, %d CG iterations, step %.3g",
                      k, J, norms[-1], res.n_iter, t)
         converged = norms[-1] <= tol * g0
     converged = converged or norms[-1] <= max(tol, 1e-8) * g0
-    return LogisticSolution(coef=T @ Th, intercept=b, n_iter=k, converged=bool(converged),
+    return LogisticSolution(coef=pb.T @ Th, intercept=b, n_iter=k, converged=bool(converged),
                             objective=J, gradient_norms=norms, cg_iterations=cg_its)
 
 
