@@ -111,6 +111,64 @@ def _as_gram(K_or_gram: ArrayLike | GramAccess) -> GramAccess:
     return DenseGram(K_or_gram)
 
 
+def _check_options(loss, gradient, solver, optimizer, delta, t0, threshold,
+                   preconditioner) -> None:
+    if loss not in ("frobenius", "trace"):
+        raise ValueError(f"loss must be 'frobenius' or 'trace', got {loss!r}")
+    if gradient not in ("stochastic", "exact"):
+        raise ValueError(f"gradient must be 'stochastic' or 'exact', got {gradient!r}")
+    if solver not in ("auto", "cg", "cholesky"):
+        raise ValueError(f"solver must be 'auto', 'cg' or 'cholesky', got {solver!r}")
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
+    if not delta > 0:
+        raise ValueError(f"delta must be positive, got {delta}")
+    if not 0 < t0 < 1:
+        raise ValueError(f"t0 must lie in (0, 1), got {t0}")
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must lie in [0, 1), got {threshold}")
+    if preconditioner not in ("jacobi", "cholesky"):
+        raise ValueError(f"preconditioner must be 'jacobi' or 'cholesky', got "
+                         f"{preconditioner!r}")
+
+
+def _starting_weights(n: int, t0: float, active, dtype,
+                      dev) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w, active columns): every ``w_j`` at ``t0``, the inactive ones at 0 (absorbing)."""
+    w = torch.full((n,), float(w_from_t(t0)), dtype=dtype, device=dev)
+    if active is None:
+        return w, torch.arange(n, device=dev)
+    active = torch.as_tensor(active, dtype=torch.long, device=dev).flatten()
+    if active.numel() and not (0 <= int(active.min()) and int(active.max()) < n):
+        raise ValueError(f"active indices must lie in [0, {n}), got "
+                         f"[{int(active.min())}, {int(active.max())}]")
+    keep = torch.zeros(n, dtype=torch.bool, device=dev)
+    keep[active] = True
+    w[~keep] = 0.0
+    return w, torch.nonzero(keep).flatten()
+
+
+class _Adam:
+    """Adam's moments on all n coordinates, updated on the active ones (COMBSS settings);
+    ``adam=False`` gives plain gradient steps."""
+
+    beta1, beta2, eps = 0.9, 0.999, 1e-7
+
+    def __init__(self, n: int, dtype, dev, adam: bool):
+        self.adam = adam
+        self.m = torch.zeros(n, dtype=dtype, device=dev)
+        self.v = torch.zeros(n, dtype=dtype, device=dev)
+
+    def step(self, g_w: torch.Tensor, active: torch.Tensor, it: int) -> torch.Tensor:
+        if not self.adam:
+            return g_w
+        beta1, beta2 = self.beta1, self.beta2
+        ma = beta1 * self.m[active] + (1 - beta1) * g_w
+        va = beta2 * self.v[active] + (1 - beta2) * g_w * g_w
+        self.m[active], self.v[active] = ma, va
+        return ma / (1 - beta1**it) / (torch.sqrt(va / (1 - beta2**it)) + self.eps)
+
+
 def continuous_landmarks(
     K: ArrayLike | GramAccess,
     lam: float,
@@ -215,23 +273,7 @@ def continuous_landmarks(
     """
     gram = _as_gram(K)
     n = gram.n
-    if loss not in ("frobenius", "trace"):
-        raise ValueError(f"loss must be 'frobenius' or 'trace', got {loss!r}")
-    if gradient not in ("stochastic", "exact"):
-        raise ValueError(f"gradient must be 'stochastic' or 'exact', got {gradient!r}")
-    if solver not in ("auto", "cg", "cholesky"):
-        raise ValueError(f"solver must be 'auto', 'cg' or 'cholesky', got {solver!r}")
-    if optimizer not in ("adam", "sgd"):
-        raise ValueError(f"optimizer must be 'adam' or 'sgd', got {optimizer!r}")
-    if not delta > 0:
-        raise ValueError(f"delta must be positive, got {delta}")
-    if not 0 < t0 < 1:
-        raise ValueError(f"t0 must lie in (0, 1), got {t0}")
-    if not 0 <= threshold < 1:
-        raise ValueError(f"threshold must lie in [0, 1), got {threshold}")
-    if preconditioner not in ("jacobi", "cholesky"):
-        raise ValueError(f"preconditioner must be 'jacobi' or 'cholesky', got "
-                         f"{preconditioner!r}")
+    _check_options(loss, gradient, solver, optimizer, delta, t0, threshold, preconditioner)
     gen = _generator(random_state)
     dtype = gram.dtype
     dev = gram.check_psd_diagonal().device
@@ -241,22 +283,9 @@ def continuous_landmarks(
     if preconditioner == "cholesky" and gradient == "stochastic" and solver != "cholesky":
         factor = (precond_factor if precond_factor is not None
                   else cholesky_factor(gram, precond_rank))
-    w = torch.full((n,), float(w_from_t(t0)), dtype=dtype, device=dev)
-    if active is None:
-        active = torch.arange(n, device=dev)
-    else:
-        active = torch.as_tensor(active, dtype=torch.long, device=dev).flatten()
-        if active.numel() and not (0 <= int(active.min()) and int(active.max()) < n):
-            raise ValueError(f"active indices must lie in [0, {n}), got "
-                             f"[{int(active.min())}, {int(active.max())}]")
-        keep = torch.zeros(n, dtype=torch.bool, device=dev)
-        keep[active] = True
-        w[~keep] = 0.0
-        active = torch.nonzero(keep).flatten()
+    w, active = _starting_weights(n, t0, active, dtype, dev)
     t_full = t_from_w(w)
-    m = torch.zeros(n, dtype=dtype, device=dev)
-    v = torch.zeros(n, dtype=dtype, device=dev)
-    beta1, beta2, eps_adam = 0.9, 0.999, 1e-7
+    opt = _Adam(n, dtype, dev, optimizer == "adam")
     path = [t_full.clone()] if record_path else None
     history: list[float] = []
     n_matvec, calm, converged, it = 0, 0, False, 0
@@ -282,14 +311,7 @@ def continuous_landmarks(
             )
             n_matvec += nmv
             history.append(est)
-        g_w = g_t * 2 * wa * (1 - ta)
-        if optimizer == "adam":
-            ma = beta1 * m[active] + (1 - beta1) * g_w
-            va = beta2 * v[active] + (1 - beta2) * g_w * g_w
-            m[active], v[active] = ma, va
-            step = ma / (1 - beta1**it) / (torch.sqrt(va / (1 - beta2**it)) + eps_adam)
-        else:
-            step = g_w
+        step = opt.step(g_t * 2 * wa * (1 - ta), active, it)
         wa = (wa - learning_rate * step).clamp(-_W_MAX, _W_MAX)
         w[active] = wa
         t_new = t_from_w(w)
