@@ -21,10 +21,11 @@ from ..distributed.auto import DISTRIBUTED_CONSTRAINT
 from ..distributed.cv import cv_solver
 from ..kernels import Kernel, make_kernel, median_heuristic
 from ..operators import KernelOperator
-from ..solvers.early_stopping import _single_path, fit_path
+from ..solvers.early_stopping import fit_path
 from ..solvers.losses import RESIDUAL_LOSSES
 from ..solvers.path_cv import early_stopping_path_cv
-from ..solvers.paths.rules import PathRule, as_rule
+from ..solvers.paths.driver import run_path
+from ..solvers.paths.rules import PathRule, SignRule
 from ..typing import ArrayLike, Output
 from ..utils._finite import DivergenceError
 from ..utils._threads import threads_for
@@ -131,7 +132,7 @@ def fit_path_estimator(est, X, y, sample_weight=None):
 
     Rows of zero weight are removed before anything else (so ``X_fit_`` holds the rows with a
     positive weight); the remaining weights scale each row's update (see :func:`~kernelflow.
-    solvers.early_stopping.weighted_path`), the intercept is the weighted location
+    solvers.paths.driver.run_path`), the intercept is the weighted location
     (``est._center_targets``), and the validation split and the monitored loss are weighted.
     ``validation_indices_`` are positions in the rows passed to ``fit``.
     """
@@ -245,13 +246,14 @@ def _fit_path_estimator(est, X, y, sw, kept):
 class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     """Base of the early-stopped path regressors (not an estimator on its own).
 
-    A subclass sets ``_path_function`` (one of the three paths, or a rule name) or overrides
-    :meth:`_rule`, stores its parameters in ``__init__`` (sklearn reads the signature), and may
-    extend :meth:`_path_kwargs` and :meth:`_after_fit`.
+    A subclass sets ``_rule_class`` (a :class:`~kernelflow.solvers.paths.rules.PathRule`
+    built without arguments) or overrides :meth:`_rule` (a rule with options, e.g. momentum),
+    stores its parameters in ``__init__`` (sklearn reads the signature), and may extend
+    :meth:`_path_kwargs` (backend options of the rule's path) and :meth:`_after_fit`.
     """
 
     _parameter_constraints: dict = {**PATH_CONSTRAINTS, **PRECOMPUTED_KERNEL_CONSTRAINTS}
-    _path_function: Any = None
+    _rule_class: type[PathRule] | None = None
     _accepts_precomputed = True
 
     def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
@@ -277,7 +279,9 @@ class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
 
     def _rule(self, y: torch.Tensor) -> PathRule:
         """The update rule, given the centred training targets."""
-        return as_rule(type(self)._path_function)
+        if self._rule_class is None:
+            raise NotImplementedError(f"{type(self).__name__} names no path rule.")
+        return self._rule_class()
 
     def _path_kwargs(self) -> dict:
         return {}
@@ -369,12 +373,12 @@ def cv_folds(cv, n: int, random_state):
 class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     """Base of the path-CV regressors: bandwidth and stopping time by batched path CV, refit.
 
-    A subclass sets ``_method`` (a rule name) or overrides :meth:`_rule`, and may override
+    A subclass sets ``_rule_class`` or overrides :meth:`_rule`, and may override
     :meth:`_location` (the intercept) and :meth:`_after_refit`.
     """
 
     _multi_output = False
-    _method = "sign"
+    _rule_class: type[PathRule] = SignRule
     _parameter_constraints: dict = {**CV_CONSTRAINTS, **PRECOMPUTED_KERNEL_CONSTRAINTS}
     _accepts_precomputed = True
 
@@ -395,7 +399,7 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.distributed = distributed
 
     def _rule(self, y: torch.Tensor) -> PathRule:
-        return as_rule(self._method)
+        return self._rule_class()
 
     def _location(self, y):
         return y.mean()
@@ -470,8 +474,8 @@ class PathCVRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
             eta = float(res.step_size[best])
         else:  # the same automatic step as the CV run, on the same kernel matrix
             eta = rule.learning_rate(K, yc)
-        path = _single_path(self._refit_rule(rule))(K, yc, learning_rate=eta,
-                                                    max_iter=self.n_iter_, verbose=self.verbose)
+        path = run_path(self._refit_rule(rule), K, yc, learning_rate=eta, max_iter=self.n_iter_,
+                        verbose=self.verbose)
         if not torch.isfinite(path.alpha).all():
             raise DivergenceError("The refit diverged; lower learning_rate.")
         self.X_fit_ = X

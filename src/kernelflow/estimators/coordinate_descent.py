@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..solvers.paths import coordinate_descent_path
+from ..solvers.paths.rules import CoordinateRule
 from ._paths import PathRegressor
 
 __all__ = ["KernelCoordinateDescent"]
@@ -97,7 +97,7 @@ class KernelCoordinateDescent(PathRegressor):
     True
     """
 
-    _path_function = staticmethod(coordinate_descent_path)
+    _rule_class = CoordinateRule
 
     def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="huber",

@@ -6,7 +6,7 @@ from numbers import Real
 
 from sklearn.utils._param_validation import Interval, StrOptions
 
-from ..solvers.paths import gradient_descent_path
+from ..solvers.paths.rules import GradientRule, PathRule
 from ._base import PRECOMPUTED_KERNEL_CONSTRAINTS
 from ._paths import PATH_CONSTRAINTS, PathRegressor, fit_path_estimator
 from ._paths import _drop_zero_weights as _drop
@@ -118,7 +118,7 @@ class KernelGradientDescent(PathRegressor):
         "method": [StrOptions({"auto", "spectral", "iterative"})],
         **PRECOMPUTED_KERNEL_CONSTRAINTS,
     }
-    _path_function = staticmethod(gradient_descent_path)
+    _rule_class = GradientRule
 
     def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
@@ -135,8 +135,11 @@ class KernelGradientDescent(PathRegressor):
         self.nesterov = nesterov
         self.method = method
 
+    def _rule(self, y) -> PathRule:
+        return GradientRule(self.momentum, self.nesterov)  # the rule holds the momentum
+
     def _path_kwargs(self) -> dict:
-        return {"momentum": self.momentum, "nesterov": self.nesterov, "method": self.method}
+        return {"method": self.method}
 
 
 def _fit_path_estimator(est, X, y, sample_weight=None):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from ..solvers.paths.rules import PathRule, SignRule, as_rule
+from ..solvers.paths.rules import CoordinateRule, GradientRule, PathRule, SignRule
 from ._paths import PathCVRegressor, bandwidth_grid, cv_folds, grid_kernels
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ _DOC = """{summary}
 
 
 class KernelGradientDescentCV(PathCVRegressor):
-    _method = "gradient"
+    _rule_class = GradientRule
 
 
 def typical_sign_learning_rate(K: torch.Tensor, y: torch.Tensor,
@@ -155,7 +155,7 @@ class _TypicalStepSignRule(SignRule):
 
 
 class KernelSignGradientCV(PathCVRegressor):
-    _method = "sign"
+    _rule_class = SignRule
 
     def __init__(self, sigmas: int | ArrayLike | None = None, *, kernel: str | Kernel = "rbf",
                  cv: int | Iterable[ArrayLike] = 10,
@@ -175,14 +175,14 @@ class KernelSignGradientCV(PathCVRegressor):
         return _TypicalStepSignRule()
 
     def _refit_rule(self, rule: PathRule) -> PathRule:
-        return as_rule("sign")  # the same update; the compiled single path runs it
+        return SignRule()  # the same update; the compiled single path runs it
 
     def _location(self, y: torch.Tensor) -> torch.Tensor:
         return torch.quantile(y, 0.5)  # robust: an outlier must not shift every prediction
 
 
 class KernelCoordinateDescentCV(PathCVRegressor):
-    _method = "coordinate"
+    _rule_class = CoordinateRule
 
     def __init__(self, sigmas: int | ArrayLike = 30, *, kernel: str | Kernel = "rbf",
                  cv: int | Iterable[ArrayLike] = 10,

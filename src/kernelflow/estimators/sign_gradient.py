@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..solvers.paths import sign_gradient_path
+from ..solvers.paths.rules import SignRule
 from ._paths import PathRegressor
 
 __all__ = ["KernelSignGradient"]
@@ -95,7 +95,7 @@ class KernelSignGradient(PathRegressor):
     True
     """
 
-    _path_function = staticmethod(sign_gradient_path)
+    _rule_class = SignRule
 
     def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="huber",

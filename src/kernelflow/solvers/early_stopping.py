@@ -7,51 +7,39 @@ functions), the best value and its iteration are remembered, and the run ends af
 ``n_iter_no_change`` consecutive iterates without an improvement of more than ``tol`` (Allerbo,
 Sec. 6: patience 100). The estimators then refit on all rows for the chosen number of steps.
 
-Sample weights (:func:`weighted_path`) scale each row's update so that an integer weight acts as
-repeating the row; the validation rows are chosen by :func:`validation_weights` (whole distinct
-inputs, independent of row order) and the monitored loss (:func:`validation_loss`: squared, the
-paper's choice, or absolute, robust to outlying validation responses) is weighted.
+Every path runs through :func:`~kernelflow.solvers.paths.driver.run_path`, which asks the rule
+for its fast backends (:mod:`kernelflow.solvers.paths.rules`). Sample weights scale each row's
+update so that an integer weight acts as repeating the row; the validation rows are chosen by
+:func:`validation_weights` (whole distinct inputs, independent of row order) and the monitored
+loss (:func:`validation_loss`: squared, the paper's choice, or absolute, robust to outlying
+validation responses) is weighted.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
 from ..collectives import all_reduce_sum, is_distributed
 from ..linalg import symmetric_eigh
-from ..operators import KernelOperator, Options, ScaledOperator
+from ..operators import KernelOperator, LinearOperator, Options
 from ..utils.holdout import holdout_weights as validation_weights
-from ..utils.holdout import row_content_hash, validation_split
+from ..utils.holdout import row_content_hash
 from ..utils.monitor import EarlyStopping
 from .losses import RESIDUAL_LOSSES, get_residual_loss
-from .paths import (
-    SPECTRAL_MAX_N,
-    PathResult,
-    _check_eta,
-    _Matrix,
-    check_gradient_learning_rate,
-    coordinate_descent_path,
-    coordinate_learning_rate,
-    gradient_descent_path,
-    gradient_learning_rate,
-    largest_eigenvalue,
-    sign_gradient_path,
-    sign_learning_rate,
-    spectral_filter,
-)
-from .paths._common import _sample_weight
-from .paths.driver import rule_path
-from .paths.rules import PathRule, _scaled_largest_eigenvalue, as_rule
+from .paths import SPECTRAL_MAX_N, PathResult, spectral_filter
+from .paths.driver import run_path, step_size
+from .paths.rules import PathRule, as_rule
 from .paths.rules import huber_epsilon as _huber_epsilon
 
 __all__ = [
     "EarlyStopping",
     "EarlyStoppingResult",
-    "validation_split",
     "validation_weights",
     "row_content_hash",
     "validation_mse",
@@ -89,21 +77,14 @@ class EarlyStoppingResult:
 
 
 LOSSES = tuple(RESIDUAL_LOSSES)
-_SINGLE = {"gradient": gradient_descent_path, "sign": sign_gradient_path,
-           "coordinate": coordinate_descent_path}
 
 
-def _single_path(rule: PathRule) -> Callable:
-    """The single-path function that runs ``rule`` (the generic driver for other rules)."""
-    f = _SINGLE.get(rule.name)
-    if f is not None and type(rule).__name__ in ("GradientRule", "SignRule", "CoordinateRule"):
-        return f
-
-    def run(K, y, **kw):
-        for key in ("momentum", "nesterov", "method", "eigh", "incremental", "record_path"):
-            kw.pop(key, None)
-        return rule_path(rule, K, y, **kw)
-    return run
+def _rule_with_options(path_function, path_kwargs: dict[str, Any]) -> tuple[PathRule, dict]:
+    """The rule of ``path_function`` with the options among ``path_kwargs`` (e.g. ``momentum``)
+    moved into it; the rest are the path's own arguments."""
+    rule = as_rule(path_function)
+    options = {key: path_kwargs.pop(key) for key in list(path_kwargs) if key in rule.option_names}
+    return rule.with_options(**options), path_kwargs
 
 
 def _check_loss(loss: str) -> str:
@@ -159,90 +140,34 @@ def _elementwise_loss(diff: torch.Tensor, y_val: torch.Tensor, loss: str) -> tor
     return lf.error(diff, _huber_epsilon(y_val) if lf.needs_threshold else None)
 
 
-def _weighted_s_max(K, sq: torch.Tensor) -> float:
-    """s_max(W^1/2 K W^1/2) (see :func:`~kernelflow.solvers.paths.rules.
-    weighted_largest_eigenvalue`)."""
-    return _scaled_largest_eigenvalue(K, sq)
+def weighted_path(path_function: Callable | PathRule, K, y: torch.Tensor,
+                  sample_weight: torch.Tensor, **kwargs: Any) -> PathResult:
+    """Deprecated: a path with positive sample weights is
+    :func:`~kernelflow.solvers.paths.driver.run_path` with ``sample_weight``.
 
-
-def weighted_path(path_function: Callable, K, y: torch.Tensor, sample_weight: torch.Tensor, *,
-                  learning_rate="auto", max_iter: int = 1000, K_eval=None,
-                  callback: Callable | None = None, tol: float = 0.0, momentum: float = 0.0,
-                  nesterov: bool = False, method: str = "auto", eigh: tuple | None = None,
-                  verbose: int = 0) -> PathResult:
-    """A path of :mod:`~kernelflow.solvers.paths` with positive sample weights w (W = diag(w)).
-
-    Each rule is the one that repeating row i ``w_i`` times gives for integer weights (the
-    copies of a row move together, and their summed coefficient is alpha_i):
-
-    * gradient descent: ``alpha += eta W r``, r = y - K alpha. With beta = W^-1/2 alpha this is
-      plain gradient descent on M = W^1/2 K W^1/2 with targets W^1/2 y (objective
-      1/2 ||W^1/2 y - M beta||^2_{M^-1}), so the spectral closed form and the step bound
-      eta < 2 / s_max(M) carry over (s_max(M) is also that of the repeated kernel matrix);
-    * sign descent: ``alpha += eta W sign(r)``: |alpha_i| <= k eta w_i (the l-infinity ball of
-      W^-1 alpha);
-    * coordinate descent: every m attaining max_i |r_i| moves by ``eta w_m sign(r_m)``.
-
-    "auto" steps are those of the repeated problem: 1 / s_max(M) (gradient),
-    0.01 rms_w(y) / s_max(M) (sign, weighted root mean square), 0.01 max|y| / max K_ii
-    (coordinate). ``tol`` stops gradient and sign descent once ||W^1/2 r|| <= tol ||W^1/2 y||
-    and coordinate descent once max|r| <= tol max|y|. Rows of zero weight must be removed by
-    the caller. ``callback(k, alpha, r, K_eval alpha)`` gets batch-layout tensors (t, n).
-
-    Sign and coordinate descent run :func:`~kernelflow.solvers.paths.sign_gradient_path` and
-    :func:`~kernelflow.solvers.paths.coordinate_descent_path` with ``sample_weight``, other
-    rules :func:`~kernelflow.solvers.paths.driver.rule_path`. Cost: gradient descent as
-    :func:`~kernelflow.solvers.paths.gradient_descent_path` on M (dense K; one O(n^2) product
-    per step matrix-free); sign descent O(n) per step plus one row of K per flipped residual
-    sign; coordinate descent one row of K per moved coordinate.
+    Each rule is the one that repeating row i ``w_i`` times gives for integer weights (see
+    :func:`~kernelflow.solvers.paths.gradient_descent_path`,
+    :func:`~kernelflow.solvers.paths.sign_gradient_path` and
+    :func:`~kernelflow.solvers.paths.coordinate_descent_path`); ``momentum`` and ``nesterov``
+    among ``kwargs`` are options of the gradient rule.
 
     Examples
     --------
-    >>> import torch
+    >>> import torch, warnings
     >>> from kernelflow.solvers.paths import sign_gradient_path
     >>> K = torch.eye(2, dtype=torch.float64); y = torch.tensor([1.0, -1.0], dtype=torch.float64)
-    >>> res = weighted_path(sign_gradient_path, K, y, torch.tensor([2.0, 1.0], dtype=torch.float64),
-    ...                     learning_rate=0.1, max_iter=3)
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", DeprecationWarning)
+    ...     res = weighted_path(sign_gradient_path, K, y,
+    ...                         torch.tensor([2.0, 1.0], dtype=torch.float64),
+    ...                         learning_rate=0.1, max_iter=3)
     >>> res.alpha.numpy().round(2)  # the first row moves twice as fast
     array([ 0.6, -0.3])
     """
-    rule = as_rule(path_function)
-    w = _sample_weight(sample_weight, K.shape[0], K.dtype, y.device)
-    if rule.name not in _SINGLE:
-        return rule_path(rule, K, y, learning_rate=learning_rate, max_iter=max_iter,
-                         K_eval=K_eval, callback=callback, sample_weight=w, tol=tol,
-                         verbose=verbose)
-    common = dict(learning_rate=learning_rate, max_iter=max_iter, K_eval=K_eval,
-                  callback=callback, tol=tol, verbose=verbose)
-    if rule.name == "sign":
-        return sign_gradient_path(K, y, sample_weight=w, **common)
-    if rule.name == "coordinate":
-        return coordinate_descent_path(K, y, sample_weight=w, **common)
-    sq = w.sqrt()
-    # plain gradient descent on M = W^1/2 K W^1/2 with targets W^1/2 y; alpha = W^1/2 beta
-    if isinstance(K, torch.Tensor):
-        M = sq[:, None] * K * sq[None, :]
-        Ke = None if K_eval is None else _Matrix(K_eval, "K_eval").to_dense() * sq[None, :]
-    else:  # matrix-free: the scaled operator, one product with K per step
-        M = ScaledOperator(K, left=sq, right=sq)
-        Ke = None if K_eval is None else ScaledOperator(K_eval, right=sq)
-        if learning_rate != "auto":
-            check_gradient_learning_rate(_check_eta(learning_rate), _weighted_s_max(K, sq),
-                                         momentum, nesterov)
-    cb = None
-    if callback is not None:
-        def cb(k, beta, resid, ev):
-            return callback(k, beta * sq, resid / sq, ev)
-    Y2 = y.reshape(y.shape[0], -1).to(K.dtype)
-    res = gradient_descent_path(M, (sq[:, None] * Y2).reshape(y.shape),
-                                learning_rate=learning_rate, max_iter=max_iter,
-                                momentum=momentum, nesterov=nesterov, method=method,
-                                K_eval=Ke, callback=cb, tol=tol, eigh=eigh, verbose=verbose)
-    scale = sq if y.ndim == 1 else sq[:, None]
-    return PathResult(alpha=res.alpha * scale, residual=res.residual / scale,
-                      n_iter=res.n_iter, learning_rate=res.learning_rate,
-                      eval_predictions=res.eval_predictions,
-                      stopped_by_callback=res.stopped_by_callback)
+    warnings.warn("weighted_path is deprecated; use kernelflow.solvers.paths.driver.run_path("
+                  "rule, K, y, sample_weight=...).", DeprecationWarning, stacklevel=2)
+    rule, kwargs = _rule_with_options(path_function, dict(kwargs))
+    return run_path(rule, K, y, sample_weight=sample_weight, **kwargs)
 
 
 def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, K_val,
@@ -255,7 +180,8 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
 
     Parameters
     ----------
-    path_function : callable
+    path_function : PathRule, str or callable
+        A rule of :mod:`kernelflow.solvers.paths.rules`, a method name, or
         :func:`~kernelflow.solvers.paths.gradient_descent_path`,
         :func:`~kernelflow.solvers.paths.sign_gradient_path` or
         :func:`~kernelflow.solvers.paths.coordinate_descent_path`.
@@ -267,7 +193,7 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
     n_iter_no_change, tol
         See :class:`EarlyStopping`.
     sample_weight : tensor of shape (n,), optional
-        Positive training weights; the path is then :func:`weighted_path`.
+        Positive training weights (each row's update scaled by its weight).
     validation_weight : tensor of shape (m,), optional
         Weights of the validation rows in the monitored loss.
     validation_loss : {"squared", "absolute"}, default="squared"
@@ -275,7 +201,8 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
         mean absolute error, which a few gross outliers among the validation rows cannot
         dominate (see :func:`validation_loss`).
     **path_kwargs
-        Passed on (``learning_rate``, ``max_iter``, ``momentum``, ...).
+        Options of the rule (``momentum``, ...) and arguments of the path
+        (``learning_rate``, ``max_iter``, ...).
 
     Returns
     -------
@@ -299,27 +226,15 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
     (0, 3)
     """
     _check_loss(validation_loss)
-    rule = as_rule(path_function)
+    rule, path_kwargs = _rule_with_options(path_function, dict(path_kwargs))
     monitor = EarlyStopping(n_iter_no_change, tol)
     wv = validation_weight
-    if _single_path(rule) is gradient_descent_path:
-        Kt, yt, Kv, scale = K_train, y_train, K_val, None
-        if sample_weight is not None and isinstance(K_train, torch.Tensor) and \
-                isinstance(K_val, torch.Tensor):
-            # plain GD on M = W^1/2 K W^1/2 with targets W^1/2 y; alpha = W^1/2 beta
-            scale = sample_weight.to(K_train.dtype).sqrt()
-            Kt = scale[:, None] * K_train * scale[None, :]
-            yt = y_train * (scale if y_train.ndim == 1 else scale[:, None])
-            Kv = K_val * scale[None, :]
-        if sample_weight is None or scale is not None:
-            fast = _gd_spectral_early_stopping(monitor, Kt, yt, Kv, y_val, path_kwargs, wv,
-                                               validation_loss)
-            if fast is not None:
-                if scale is not None:
-                    fast.best_alpha = fast.best_alpha * (scale if y_train.ndim == 1
-                                                         else scale[:, None])
-                return fast
-            monitor = EarlyStopping(n_iter_no_change, tol)
+    if rule.supports("spectral"):
+        fast = _spectral_early_stopping(rule, monitor, K_train, y_train, K_val, y_val,
+                                        path_kwargs, sample_weight, wv, validation_loss)
+        if fast is not None:
+            return fast
+        monitor = EarlyStopping(n_iter_no_change, tol)
     m = K_val.shape[0]
     Yv = y_val.reshape(m, -1).T.contiguous()  # batch layout, like the path's eval predictions
     best = {}
@@ -331,12 +246,8 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
             best["alpha"] = alpha.clone()
         return stop
 
-    if sample_weight is None:
-        res = _single_path(rule)(K_train, y_train, K_eval=K_val, callback=callback,
-                                 **path_kwargs)
-    else:
-        res = weighted_path(rule, K_train, y_train, sample_weight, K_eval=K_val,
-                            callback=callback, **path_kwargs)
+    res = run_path(rule, K_train, y_train, sample_weight=sample_weight, K_eval=K_val,
+                   callback=callback, **path_kwargs)
     alpha = best["alpha"]
     alpha = alpha.T.reshape(alpha.shape[1], *y_train.shape[1:]) if y_train.ndim == 2 else alpha[0]
     return EarlyStoppingResult(
@@ -346,17 +257,36 @@ def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, 
     )
 
 
+def _spectral_early_stopping(rule, monitor, K_train, y_train, K_val, y_val, kw, sample_weight,
+                             weight, loss) -> EarlyStoppingResult | None:
+    """The validation run of a rule with the spectral closed form (plain gradient descent),
+    with weights as plain gradient descent on M = W^1/2 K W^1/2 with targets W^1/2 y
+    (alpha = W^1/2 beta); None where the closed form does not apply."""
+    Kt, yt, Kv, scale = K_train, y_train, K_val, None
+    if sample_weight is not None:
+        if not (isinstance(K_train, torch.Tensor) and isinstance(K_val, torch.Tensor)):
+            return None
+        scale = sample_weight.to(K_train.dtype).sqrt()
+        Kt = scale[:, None] * K_train * scale[None, :]
+        yt = y_train * (scale if y_train.ndim == 1 else scale[:, None])
+        Kv = K_val * scale[None, :]
+    fast = _gd_spectral_early_stopping(rule, monitor, Kt, yt, Kv, y_val, kw, weight, loss)
+    if fast is not None and scale is not None:
+        fast.best_alpha = fast.best_alpha * (scale if y_train.ndim == 1 else scale[:, None])
+    return fast
+
+
 validation_loss_fn = validation_loss
 
 
-def _gd_spectral_early_stopping(monitor, K_train, y_train, K_val, y_val, kw, weight=None,
+def _gd_spectral_early_stopping(rule, monitor, K_train, y_train, K_val, y_val, kw, weight=None,
                                 loss="squared"):
     """Validation curve of plain GD from one eigendecomposition, in blocks of iterations.
 
     f_val(k) = (K_val U) diag(phi_k(s)) U^T y for a block of k at once (one GEMM) instead of a
     product per step; returns None when the closed form does not apply.
     """
-    if float(kw.get("momentum", 0.0)) != 0.0 or kw.get("method", "auto") == "iterative":
+    if kw.get("method", "auto") == "iterative":
         return None
     if not isinstance(K_train, torch.Tensor) or not isinstance(K_val, torch.Tensor):
         return None
@@ -366,7 +296,7 @@ def _gd_spectral_early_stopping(monitor, K_train, y_train, K_val, y_val, kw, wei
     s_max = float(s[-1]) if s.numel() else 0.0
     lr = kw.get("learning_rate", "auto")
     eta = (1.0 / s_max if s_max > 0 else 1.0) if lr == "auto" else float(lr)
-    check_gradient_learning_rate(eta, s_max)
+    rule.check_learning_rate(eta, s_max)
     n, m = K_train.shape[0], K_val.shape[0]
     Y = y_train.reshape(n, -1).T.to(s.dtype)  # (B, n)
     Yv = y_val.reshape(m, -1).T.to(s.dtype)  # (B, m)
@@ -431,11 +361,12 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     """Fit a path estimator: step size, optional validation run, refit on all rows.
 
     1. K = K(X, X) (dense when it fits the memory budget, else a matrix-free operator).
-    2. ``learning_rate="auto"`` resolves on the full K (:func:`gradient_learning_rate`,
-       :func:`sign_learning_rate` or :func:`coordinate_learning_rate`; with weights those of
-       :func:`weighted_path`); the validation run and the refit share that step, so they share
-       the meaning of an iteration count (t = k eta). An explicit gradient step is checked
-       against s_max(K) (``DivergenceError`` if too large).
+    2. ``learning_rate="auto"`` resolves on the full K as the rule says
+       (:func:`~kernelflow.solvers.paths.driver.step_size`: the rule's automatic step, with
+       weights that of the repeated-row problem); the validation run and the refit share that
+       step, so they share the meaning of an iteration count (t = k eta). An explicit step of
+       a rule with a stability bound (gradient, Huber) is checked against s_max(K)
+       (``DivergenceError`` if too large).
     3. With ``early_stopping``, :func:`validation_weights` holds out distinct rows carrying a
        ``validation_fraction`` of the weight, the path runs on the rest with patience
        ``n_iter_no_change`` (improvements of the weighted ``validation_loss`` must exceed
@@ -445,8 +376,9 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
 
     Parameters
     ----------
-    path_function : callable
-        One of the three path functions of :mod:`kernelflow.solvers.paths`.
+    path_function : PathRule, str or callable
+        A rule of :mod:`kernelflow.solvers.paths.rules`, a method name or one of the three
+        path functions of :mod:`kernelflow.solvers.paths`.
     kernel : Kernel
     X : tensor of shape (n, d)
     y : tensor of shape (n,) or (n, t)
@@ -459,7 +391,8 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
         Rows whose content decides the validation split (default X); a precomputed kernel
         matrix passes its own rows, so equal inputs still fall on the same side.
     **path_kwargs
-        Extra arguments of the path (``momentum``, ``nesterov``, ``method``).
+        Options of the rule (``momentum``, ``nesterov`` of the gradient rule) and backend
+        options of its path (``method``).
 
     Returns
     -------
@@ -477,67 +410,28 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
     (True, True)
     """
     _check_loss(validation_loss)
-    rule = as_rule(path_function)
-    single = _single_path(rule)
-    sw = None
-    if sample_weight is not None:
-        sw = sample_weight.to(device=X.device, dtype=X.dtype).reshape(-1)
-        if sw.shape[0] != X.shape[0] or not bool((sw > 0).all()):
-            raise ValueError("sample_weight must hold one positive weight per row of X (remove "
-                             "rows of weight 0 first).")
-        if bool((sw == 1).all()):
-            sw = None
+    rule, path_kwargs = _rule_with_options(path_function, dict(path_kwargs))
+    sw = _fit_weights(sample_weight, X)
     op = KernelOperator(kernel, X, options=options)
     dense = op.fits_in_memory(copies=3)
     K = op.to_dense() if dense else op
-    sq = None if sw is None else sw.sqrt()
-    refit_kw = {}
-    if single is gradient_descent_path:
-        if dense and path_kwargs.get("method", "auto") != "iterative" and \
-                X.shape[0] <= SPECTRAL_MAX_N:
-            # One decomposition gives s_max and the refit's whole path.
-            M = K if sq is None else sq[:, None] * K * sq[None, :]
-            refit_kw["eigh"] = symmetric_eigh(M)
-            s_max = float(refit_kw["eigh"][0][-1])
-        else:
-            s_max = largest_eigenvalue(K) if sq is None else _weighted_s_max(K, sq)
-        if learning_rate == "auto":
-            eta = gradient_learning_rate(K, s_max=s_max)
-        else:
-            eta = float(learning_rate)
-            check_gradient_learning_rate(eta, s_max, path_kwargs.get("momentum", 0.0),
-                                         path_kwargs.get("nesterov", False))
-    elif rule.name not in _SINGLE:  # a rule of the generic driver, e.g. Huber
-        s_max = largest_eigenvalue(K) if sq is None else _weighted_s_max(K, sq)
-        if learning_rate == "auto":
-            eta = rule.learning_rate(K, y, s_max=s_max,
-                                     sample_weight=None if sw is None else sw.to(K.dtype))
-        else:
-            eta = float(learning_rate)
-            rule.check_learning_rate(eta, s_max)
-    elif learning_rate != "auto":
-        eta = float(learning_rate)
-    elif single is coordinate_descent_path:
-        eta = coordinate_learning_rate(K, y)
-    elif sw is None:
-        eta = sign_learning_rate(K, y)
-    else:
-        eta = sign_learning_rate(K, y, sample_weight=sw.to(K.dtype))
+    # one decomposition gives s_max and the refit's whole path when the rule can use it
+    eigh_ok = dense and path_kwargs.get("method", "auto") != "iterative" and \
+        X.shape[0] <= SPECTRAL_MAX_N
+    eta, eigh = step_size(rule, K, y, learning_rate, sample_weight=sw, eigh_ok=eigh_ok)
+    refit_kw = {} if eigh is None else {"eigh": eigh}
     kw = dict(path_kwargs, learning_rate=eta, verbose=verbose)
-
-    def run(K_, y_, w_, **more):
-        if w_ is None:
-            return single(K_, y_, **more)
-        return weighted_path(rule, K_, y_, w_, **more)
-
     if not early_stopping:
-        res = run(K, y, sw, max_iter=max_iter, tol=tol, **kw, **refit_kw)
+        res = run_path(rule, K, y, sample_weight=sw, max_iter=max_iter, tol=tol, **kw,
+                       **refit_kw)
         return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta)
     w_tr, w_va = validation_weights(X if holdout_rows is None else holdout_rows, y, sw,
                                     validation_fraction, random_state)
     tr_t = torch.nonzero(w_tr > 0).reshape(-1)
     va_t = torch.nonzero(w_va > 0).reshape(-1)
-    if dense:
+    K_tr: torch.Tensor | LinearOperator
+    K_va: torch.Tensor | LinearOperator
+    if isinstance(K, torch.Tensor):
         K_tr, K_va = K[tr_t][:, tr_t], K[va_t][:, tr_t]
     else:
         K_tr = KernelOperator(kernel, X[tr_t], options=options)
@@ -547,6 +441,17 @@ def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, 
                             sample_weight=None if sw is None else w_tr[tr_t],
                             validation_weight=None if sw is None else w_va[va_t],
                             validation_loss=validation_loss, **kw)
-    res = run(K, y, sw, max_iter=es.best_iteration, **kw, **refit_kw)
+    res = run_path(rule, K, y, sample_weight=sw, max_iter=es.best_iteration, **kw, **refit_kw)
     return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es,
                    validation_indices=va_t.cpu().numpy().astype(np.int64))
+
+
+def _fit_weights(sample_weight: torch.Tensor | None, X: torch.Tensor) -> torch.Tensor | None:
+    """The weights of :func:`fit_path` in X's dtype, checked; None when all are 1."""
+    if sample_weight is None:
+        return None
+    sw = sample_weight.to(device=X.device, dtype=X.dtype).reshape(-1)
+    if sw.shape[0] != X.shape[0] or not bool((sw > 0).all()):
+        raise ValueError("sample_weight must hold one positive weight per row of X (remove "
+                         "rows of weight 0 first).")
+    return None if bool((sw == 1).all()) else sw

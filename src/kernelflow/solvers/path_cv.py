@@ -50,7 +50,7 @@ from . import _native
 from .grid_cv import fold_masks
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .paths import DivergenceError
-from .paths.rules import as_rule, huber_epsilon
+from .paths.rules import PathRule, RowMask, as_rule, huber_epsilon
 from .paths.spectral import ChunkedSpectralFilter
 
 __all__ = [
@@ -220,6 +220,7 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
     stop = torch.zeros(G, F, dtype=torch.long, device=dev)  # stopping step, 0 while running
     fid = torch.arange(F, device=dev).expand(G, F)  # fold number of each slot
     train_g, weights_g = train.expand(G, F, n), weights.expand(G, F, n)
+    mask = RowMask(train_g)  # the rule may cache what it derives from the training rows
 
     def record(rows, mask):
         g = ids[rows].unsqueeze(1).expand_as(fid[rows])[mask]
@@ -238,11 +239,7 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
             for j in range(c):
                 # r on training rows (zero on validation rows: they never move)
                 R = torch.addcmul(yt, Z, train_g, value=-1.0)
-                if rule.name == "sign":  # the same update, in place: two passes, not three
-                    A.add_(R.sign_(), alpha=step_size)
-                else:
-                    A = (rule.step(A, R, step_size, train_g) if rule.name == "huber"
-                         else rule.step(A, R, step_size))
+                A = rule.batched_step(A, R, step_size, mask)
                 if P2 is None:
                     Z = torch.bmm(A, P1, out=H[j])  # rows K alpha_f (K symmetric)
                 else:
@@ -262,6 +259,7 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
             ids, A, stop = ids[keep], A[keep], stop[keep]
             mon.select(keep)
             fid, train_g, weights_g = fid[keep], train_g[keep], weights_g[keep]
+            mask = RowMask(train_g)
             P1 = P1[keep]
             P2 = None if P2 is None else P2[keep]
             H = H[:, keep].contiguous()
@@ -278,6 +276,7 @@ def _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
             mon.gather(1, sel)
             fid = fid.gather(1, sel)
             train_g, weights_g = train[fid], weights[fid]
+            mask = RowMask(train_g)
             H = torch.empty(chunk, *A.shape, dtype=dt, device=dev)
     if ids.numel() > 0:  # reached max_iter
         stop = torch.where(stop > 0, stop, torch.full_like(stop, k))
@@ -377,26 +376,10 @@ def early_stopping_path_cv(
     (1, True)
     """
     rule = as_rule(method)
-    method = rule.name
-    if backend not in ("auto", "native", "torch"):
-        raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}.")
+    native = _use_native(rule, backend, X)
     get_residual_loss(validation_loss, what="validation_loss")  # a ValueError naming the choices
-    native = rule.native is not None and _native.available(rule.native, X)
-    if backend == "native" and not native:
-        raise ValueError("backend='native' needs method 'sign' or 'coordinate', "
-                         "float32/float64 CPU tensors and the compiled extension "
-                         "kernelflow._paths.")
-    native = native and backend != "torch"
-    auto_step = isinstance(step_size, str) and step_size == "auto"
-    if not auto_step and not (isinstance(step_size, (int, float, np.floating)) and
-                              step_size > 0 and math.isfinite(step_size)):
-        raise ValueError(f"step_size must be a positive finite number or 'auto', got "
-                         f"{step_size!r}.")
+    auto_step = _check_arguments(step_size, max_iter, n_iter_no_change, chunk_size)
     eta = 1.0 if auto_step else float(step_size)  # auto: each kernel is scaled by its step
-    for name, val in (("max_iter", max_iter), ("n_iter_no_change", n_iter_no_change),
-                      ("chunk_size", chunk_size)):
-        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
-            raise ValueError(f"{name} must be a positive integer, got {val!r}.")
     kernels = list(kernels)
     if not kernels or not all(isinstance(k, Kernel) for k in kernels):
         raise TypeError("kernels must be a non-empty list of Kernel objects.")
@@ -404,92 +387,150 @@ def early_stopping_path_cv(
     y = y.reshape(-1).to(X.dtype)
     if y.shape[0] != n:
         raise ValueError(f"X has {n} rows but y has {y.shape[0]}.")
+    spectral = rule.supports("spectral") and spectral_gradient
+    if not (native or spectral or rule.supports("batched")):
+        raise ValueError(f"path cross-validation runs a rule on its batched, spectral or native "
+                         f"backend, and {rule!r} declares none of them (with its options).")
     val = fold_masks(folds, n, X.device)
     train = (~val).to(X.dtype)  # (F, n)
     weights = val.to(X.dtype) / val.sum(1, keepdim=True).to(X.dtype)  # validation mean
     S, F = len(kernels), val.shape[0]
-    chunk = int(min(chunk_size, max_iter))
-    spectral = rule.spectral and spectral_gradient
-    if spectral:
-        chunk = int(min(max(chunk_size, 256), max_iter))
+    chunk = int(min(max(chunk_size, 256), max_iter) if spectral else min(chunk_size, max_iter))
     group = _group_size(S, n, F, 0 if native else chunk + (n if spectral else 0), X.dtype,
                         options)
     if native:  # each thread of the compiled loops holds one problem's copy of the kernel
         group = max(1, group - torch.get_num_threads())
-    bounded = rule.max_step(1.0) < math.inf
+    val_idx, weights_val = _validation_rows(val, X.dtype)
     eps = None
-    # validation rows of each fold, padded with weight 0 (used by the spectral route)
-    n_val = int(val.sum(1).max())
-    val_idx = torch.zeros(F, n_val, dtype=torch.long, device=X.device)
-    weights_val = torch.zeros(F, n_val, dtype=X.dtype, device=X.device)
-    for f in range(F):
-        rows = torch.nonzero(val[f]).reshape(-1)
-        val_idx[f, : rows.numel()] = rows
-        weights_val[f, : rows.numel()] = 1.0 / rows.numel()
     if validation_loss == "huber":  # one threshold per fold, from its validation targets
         eps = torch.tensor([huber_epsilon(y[val[f]]) for f in range(F)], dtype=X.dtype,
                            device=X.device)
-    val = val_idx
-    steps = torch.full((S,), eta, dtype=torch.float64)
-
-    fold_mse = torch.full((S, F), math.inf, dtype=X.dtype, device=X.device)
-    best_iter = torch.zeros(S, F, dtype=torch.long, device=X.device)
-    n_iter = torch.zeros(S, F, dtype=torch.long, device=X.device)
-    unstable = torch.zeros(S, dtype=torch.bool, device=X.device)
+    out = _Scores(S, F, eta, X)
     # one unit per step of one bandwidth (all its folds), at most S max_iter
-    bar = progress(total=S * int(max_iter), desc=f"path CV ({method}, {S} bandwidths)",
+    bar = progress(total=S * int(max_iter), desc=f"path CV ({rule.name}, {S} bandwidths)",
                    verbose=verbose, unit="step", upper_bound=True)
     for g0 in range(0, S, group):
         ids_all = torch.arange(g0, min(S, g0 + group), device=X.device)
         K_all = _kernel_stack([kernels[i] for i in ids_all.tolist()], X)  # (G, n, n)
-        if auto_step:
-            # alpha' = alpha / eta_g on eta_g K_g with step 1 is the path of step eta_g on K_g
-            g_steps = [rule.learning_rate(K_all[j], y) for j in range(ids_all.numel())]
-            steps[ids_all.cpu()] = torch.tensor(g_steps, dtype=torch.float64)
-            K_all = K_all * torch.tensor(g_steps, dtype=X.dtype, device=X.device)[:, None, None]
-        if bounded:
-            # steps beyond the rule's bound diverge on the refit (Prop 5.3): they cannot win
-            s_max = torch.linalg.eigvalsh(K_all)[:, -1].tolist()
-            unstable[ids_all] = torch.tensor([eta > rule.max_step(s) for s in s_max],
-                                             device=X.device)
+        K_all = _steps_of_group(rule, K_all, y, ids_all, auto_step, eta, out)
         if native:
-            G = ids_all.numel()
-            # one compiled call for the group; with a bar, calls of a few bandwidths each
-            # (enough problems for every thread) so that it can advance between them
-            per_call = G if bar.disable else max(1, -(-4 * torch.get_num_threads() // F))
-            for j0 in range(0, G, per_call):
-                j1 = min(G, j0 + per_call)
-                best, b_it, n_it = _native.run_problems(
-                    method, K_all[j0:j1], y.reshape(1, n), train, weights,
-                    np.repeat(np.arange(j1 - j0), F), np.zeros((j1 - j0) * F, dtype=np.int64),
-                    np.tile(np.arange(F), j1 - j0), eta=eta, max_iter=max_iter,
-                    patience=n_iter_no_change, validation_loss=validation_loss,
-                    epsilon=None if eps is None else eps.cpu().numpy())
-                sel = ids_all[j0:j1]
-                fold_mse[sel] = torch.from_numpy(best).reshape(j1 - j0, F).to(fold_mse)
-                best_iter[sel] = torch.from_numpy(b_it).reshape(j1 - j0, F).to(best_iter)
-                n_iter[sel] = torch.from_numpy(n_it).reshape(j1 - j0, F).to(n_iter)
-                bar.update((j1 - j0) * int(max_iter))
+            _run_native(rule, K_all, y, train, weights, ids_all, eta, max_iter,
+                        n_iter_no_change, validation_loss, eps, out, bar)
             continue
         parts = ([(ids_all, K_all, None)] if spectral or not low_rank
                  else _factor_groups(ids_all, K_all))
         for ids, P1, P2 in parts:
-            _run_group(ids, P1, P2, spectral, y, train, val, weights, weights_val, rule,
-                       eta, chunk, max_iter, n_iter_no_change, fold_mse, best_iter,
-                       n_iter, bar,
-                       validation_loss, eps)
+            _run_group(ids, P1, P2, spectral, y, train, val_idx, weights, weights_val, rule,
+                       eta, chunk, max_iter, n_iter_no_change, out.fold_mse, out.best_iter,
+                       out.n_iter, bar, validation_loss, eps)
     bar.close()
-    cv_mse = fold_mse.mean(1)
-    cv_mse = torch.where(torch.isfinite(cv_mse) & ~unstable, cv_mse,
-                         torch.full_like(cv_mse, math.inf))
-    if bool(unstable.any()):
-        logger.warning("%d of %d bandwidths excluded: step_size=%g exceeds 2 / s_max(K) and "
-                       "gradient descent diverges there.", int(unstable.sum()), S, step_size)
-    if not bool(torch.isfinite(cv_mse).any()):
-        raise DivergenceError(
-            f"Every bandwidth diverges with step_size={step_size}: lower it below 2 / s_max(K)."
-        )
-    stopping = best_iter.to(torch.float64).mean(1).floor().to(torch.long).clamp_min(1)
-    best_index = int(torch.argmin(cv_mse)) if torch.isfinite(cv_mse).any() else 0
-    return PathCVResult(cv_mse, fold_mse, best_iter, n_iter, stopping, best_index,
-                        steps.to(X.dtype))
+    return out.result(step_size, rule)
+
+
+def _use_native(rule: PathRule, backend: str, X: torch.Tensor) -> bool:
+    """Whether the compiled loops run ``rule`` (declared ``"native"``, available for X)."""
+    if backend not in ("auto", "native", "torch"):
+        raise ValueError(f"backend must be 'auto', 'native' or 'torch', got {backend!r}.")
+    native = (rule.supports("native") and rule.native is not None
+              and _native.available(rule.native, X))
+    if backend == "native" and not native:
+        raise ValueError("backend='native' needs a rule with a compiled loop ('sign' or "
+                         "'coordinate'), float32/float64 CPU tensors and the compiled "
+                         "extension kernelflow._paths.")
+    return native and backend != "torch"
+
+
+def _check_arguments(step_size, max_iter, n_iter_no_change, chunk_size) -> bool:
+    """Check the step and the counts of path CV; True for the automatic step."""
+    auto_step = isinstance(step_size, str) and step_size == "auto"
+    if not auto_step and not (isinstance(step_size, (int, float, np.floating)) and
+                              step_size > 0 and math.isfinite(step_size)):
+        raise ValueError(f"step_size must be a positive finite number or 'auto', got "
+                         f"{step_size!r}.")
+    for name, val in (("max_iter", max_iter), ("n_iter_no_change", n_iter_no_change),
+                      ("chunk_size", chunk_size)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"{name} must be a positive integer, got {val!r}.")
+    return auto_step
+
+
+def _validation_rows(val: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validation rows of each fold (F, n_val), padded with weight 0, and their weights."""
+    F = val.shape[0]
+    n_val = int(val.sum(1).max())
+    val_idx = torch.zeros(F, n_val, dtype=torch.long, device=val.device)
+    weights_val = torch.zeros(F, n_val, dtype=dtype, device=val.device)
+    for f in range(F):
+        rows = torch.nonzero(val[f]).reshape(-1)
+        val_idx[f, : rows.numel()] = rows
+        weights_val[f, : rows.numel()] = 1.0 / rows.numel()
+    return val_idx, weights_val
+
+
+class _Scores:
+    """The per-problem results of path CV, filled group by group."""
+
+    def __init__(self, S: int, F: int, eta: float, X: torch.Tensor):
+        self.fold_mse = torch.full((S, F), math.inf, dtype=X.dtype, device=X.device)
+        self.best_iter = torch.zeros(S, F, dtype=torch.long, device=X.device)
+        self.n_iter = torch.zeros(S, F, dtype=torch.long, device=X.device)
+        self.unstable = torch.zeros(S, dtype=torch.bool, device=X.device)
+        self.steps = torch.full((S,), eta, dtype=torch.float64)
+        self.dtype = X.dtype
+
+    def result(self, step_size, rule: PathRule) -> PathCVResult:
+        S = self.fold_mse.shape[0]
+        cv_mse = self.fold_mse.mean(1)
+        cv_mse = torch.where(torch.isfinite(cv_mse) & ~self.unstable, cv_mse,
+                             torch.full_like(cv_mse, math.inf))
+        if bool(self.unstable.any()):
+            logger.warning("%d of %d bandwidths excluded: step_size=%g exceeds the bound of the "
+                           "%s rule (2 / s_max(K) for gradient descent), and the path diverges "
+                           "there.", int(self.unstable.sum()), S, step_size, rule.name)
+        if not bool(torch.isfinite(cv_mse).any()):
+            raise DivergenceError(
+                f"Every bandwidth diverges with step_size={step_size}: lower it below "
+                "2 / s_max(K).")
+        stopping = self.best_iter.to(torch.float64).mean(1).floor().to(torch.long).clamp_min(1)
+        best_index = int(torch.argmin(cv_mse)) if torch.isfinite(cv_mse).any() else 0
+        return PathCVResult(cv_mse, self.fold_mse, self.best_iter, self.n_iter, stopping,
+                            best_index, self.steps.to(self.dtype))
+
+
+def _steps_of_group(rule: PathRule, K_all: torch.Tensor, y: torch.Tensor, ids_all: torch.Tensor,
+                    auto_step: bool, eta: float, out: _Scores) -> torch.Tensor:
+    """The automatic step of each kernel (folded into it) and the bound of the rule."""
+    if auto_step:
+        # alpha' = alpha / eta_g on eta_g K_g with step 1 is the path of step eta_g on K_g
+        g_steps = [rule.learning_rate(K_all[j], y) for j in range(ids_all.numel())]
+        out.steps[ids_all.cpu()] = torch.tensor(g_steps, dtype=torch.float64)
+        K_all = K_all * torch.tensor(g_steps, dtype=K_all.dtype, device=K_all.device)[:, None,
+                                                                                        None]
+    if rule.bounded:
+        # steps beyond the rule's bound diverge on the refit (Prop 5.3): they cannot win
+        s_max = torch.linalg.eigvalsh(K_all)[:, -1].tolist()
+        out.unstable[ids_all] = torch.tensor([eta > rule.max_step(s) for s in s_max],
+                                             device=K_all.device)
+    return K_all
+
+
+def _run_native(rule: PathRule, K_all, y, train, weights, ids_all, eta, max_iter, patience,
+                validation_loss, eps, out: _Scores, bar) -> None:
+    """The problems of a group of bandwidths in the rule's compiled loop."""
+    G, (F, n) = ids_all.numel(), train.shape
+    # one compiled call for the group; with a bar, calls of a few bandwidths each
+    # (enough problems for every thread) so that it can advance between them
+    per_call = G if bar.disable else max(1, -(-4 * torch.get_num_threads() // F))
+    for j0 in range(0, G, per_call):
+        j1 = min(G, j0 + per_call)
+        best, b_it, n_it = _native.run_problems(
+            rule.native, K_all[j0:j1], y.reshape(1, n), train, weights,
+            np.repeat(np.arange(j1 - j0), F), np.zeros((j1 - j0) * F, dtype=np.int64),
+            np.tile(np.arange(F), j1 - j0), eta=eta, max_iter=max_iter,
+            patience=patience, validation_loss=validation_loss,
+            epsilon=None if eps is None else eps.cpu().numpy())
+        sel = ids_all[j0:j1]
+        out.fold_mse[sel] = torch.from_numpy(best).reshape(j1 - j0, F).to(out.fold_mse)
+        out.best_iter[sel] = torch.from_numpy(b_it).reshape(j1 - j0, F).to(out.best_iter)
+        out.n_iter[sel] = torch.from_numpy(n_it).reshape(j1 - j0, F).to(out.n_iter)
+        bar.update((j1 - j0) * int(max_iter))

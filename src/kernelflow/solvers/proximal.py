@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from ..utils._warnings import SolverConvergenceWarning
-from .paths import DivergenceError, _check_eta, _Matrix, largest_eigenvalue
+from .paths import DivergenceError, _check_eta, largest_eigenvalue
+from .paths._operator import batch_matmul, dense_matrix, fits, path_operator
 from .prox import PENALTIES, prox
 
 __all__ = ["ProximalResult", "fista", "polish_solution", "proximal_gradient", "proximal_path"]
@@ -270,7 +271,7 @@ def polish_solution(penalty: str, K: torch.Tensor, y: torch.Tensor, alpha: torch
 
 
 def _dense_polisher(penalty, Km, Y, lam):
-    if Km.dense is None and not (Km.shape[0] <= 4000 and Km.fits()):
+    if dense_matrix(Km) is None and not (Km.shape[0] <= 4000 and fits(Km)):
         return None
     K = Km.to_dense()
 
@@ -344,7 +345,7 @@ def proximal_gradient(K, y: torch.Tensor, lam, *, penalty: str = "linf", learnin
     >>> res.alpha.numpy().round(4), res.converged  # K = I: clip(y) at c with sum (|y|-c)+ = 2
     (array([ 1. , -1. ,  0.5]), True)
     """
-    Km = _Matrix(K)
+    Km = path_operator(K)
     n = Km.shape[0]
     if y.ndim not in (1, 2) or y.shape[0] != n:
         raise ValueError(f"y must have shape ({n},) or ({n}, t), found {tuple(y.shape)}.")
@@ -356,7 +357,7 @@ def proximal_gradient(K, y: torch.Tensor, lam, *, penalty: str = "linf", learnin
     eta = _resolve_eta(K, learning_rate)
     Y = y.reshape(n, -1).T.to(Km.dtype).contiguous()
     X0 = None if alpha0 is None else alpha0.reshape(n, -1).T.to(Km.dtype).contiguous()
-    X, KX, it, ok, kkt = fista(lambda A, rows: Km.rmatmul(A), Y, lam, penalty, eta, X0=X0,
+    X, KX, it, ok, kkt = fista(lambda A, rows: batch_matmul(Km, A), Y, lam, penalty, eta, X0=X0,
                                max_iter=max_iter, tol=tol, accelerated=accelerated,
                                restart=restart,
                                polish=_dense_polisher(penalty, Km, Y, lam) if polish else None)

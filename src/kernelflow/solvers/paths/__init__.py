@@ -32,8 +32,8 @@ from ._common import (
     _out,
     _prepare,
 )
-from ._operator import _Matrix
-from .rules import (
+from ._operator import batch_matmul, path_operator
+from ._steps import (
     check_gradient_learning_rate,
     coordinate_direction,
     coordinate_learning_rate,
@@ -76,5 +76,5 @@ __all__ = [
     "coordinate_descent_path",
 ]
 
-_ = (_native, Callback, EXACT_EIGENVALUE_MAX_N, SPECTRAL_MAX_N, _Matrix, _check_eta,
-     _native_path, _out, _prepare)  # re-exported for the modules built on the paths
+_ = (_native, Callback, EXACT_EIGENVALUE_MAX_N, SPECTRAL_MAX_N, _check_eta, _native_path,
+     _out, _prepare, batch_matmul, path_operator)  # re-exported for the modules built on the paths

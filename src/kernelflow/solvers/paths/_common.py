@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ...utils._finite import DivergenceError
-from ._operator import _Matrix
+from ._operator import path_operator
 
 __all__ = ["DivergenceError", "PathResult", "Callback", "SPECTRAL_MAX_N",
            "EXACT_EIGENVALUE_MAX_N"]
@@ -55,7 +55,7 @@ class PathResult:
 
 
 def _prepare(K, y, K_eval):
-    Km = _Matrix(K)
+    Km = path_operator(K, symmetric=True)  # a training kernel: its columns are its rows
     n = Km.shape[0]
     if Km.shape[0] != Km.shape[1]:
         raise ValueError(f"K must be square, found shape {Km.shape}.")
@@ -68,7 +68,7 @@ def _prepare(K, y, K_eval):
     Y = y.reshape(n, -1).T.to(Km.dtype).contiguous()  # batch layout (t, n)
     Em = None
     if K_eval is not None:
-        Em = _Matrix(K_eval, "K_eval")
+        Em = path_operator(K_eval, "K_eval")
         if Em.shape[1] != n:
             raise ValueError(f"K_eval must have {n} columns, found shape {Em.shape}.")
     return Km, Y, Em

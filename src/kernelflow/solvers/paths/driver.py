@@ -1,16 +1,20 @@
-"""The tensor-loop driver: any :class:`~.rules.PathRule` over a batch of problems.
+"""The drivers of the path rules: the reference loop and the choice of a fast backend.
 
-``alpha_{k+1} = alpha_k + eta W direction(r_k)`` from alpha_0 = 0, with r = y - K alpha kept up
-to date by one product with K per step (``K alpha`` and ``K_eval alpha`` are running sums), an
-optional evaluation operator and a callback that sees every iterate (a monitor, a recorder).
-The specialised loops of :mod:`.single` (flipped-sign updates, single kernel columns, the
-spectral closed form, the compiled loops) are faster backends of the same rules.
+:func:`rule_path` is the reference: ``alpha_{k+1} = alpha_k + gamma (alpha_k - alpha_{k-1}) +
+eta W direction(r_k)`` from alpha_0 = 0 (gamma the rule's momentum, 0 for most rules), with
+r = y - K alpha kept up to date by one product with K per step (``K alpha`` and
+``K_eval alpha`` are running sums), an optional evaluation operator and a callback that sees
+every iterate (a monitor, a recorder). :func:`run_path` runs a rule on the fast backend it
+declares (its specialised loop of :mod:`.single`: flipped-sign updates, single kernel
+columns, the spectral form, the compiled loops), else on the reference; :func:`step_size`
+resolves the step as the rule says.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ...linalg import symmetric_eigh
 from ...utils._progress import progress
 from ._common import (
     Callback,
@@ -22,15 +26,23 @@ from ._common import (
     _prepare,
     _sample_weight,
 )
-from .rules import PathRule, as_rule, largest_eigenvalue, weighted_largest_eigenvalue
+from ._operator import batch_matmul
+from .rules import (
+    BACKEND_OPTIONS,
+    PathRule,
+    as_rule,
+    largest_eigenvalue,
+    weighted_largest_eigenvalue,
+)
 
-__all__ = ["rule_path"]
+__all__ = ["rule_path", "run_path", "step_size"]
 
 
 def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000,
               K_eval=None, callback: Callback | None = None, sample_weight=None,
               tol: float = 0.0, record_path: bool = False, verbose: int = 0) -> PathResult:
-    """Run ``rule`` from alpha = 0 for up to ``max_iter`` steps.
+    """Run ``rule`` from alpha = 0 for up to ``max_iter`` steps (the reference of every
+    backend; momentum and sample weights included).
 
     Parameters
     ----------
@@ -71,19 +83,19 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
     Km, Y, Em = _prepare(K, y, K_eval)
     n = Km.shape[0]
     w = _sample_weight(sample_weight, n, Y.dtype, Y.device)
-    bounded = rule.max_step(1.0) < float("inf")
     s_max = None
-    if learning_rate == "auto" or bounded:
+    if learning_rate == "auto" or rule.bounded:
         s_max = largest_eigenvalue(K) if w is None else weighted_largest_eigenvalue(K, w)
     if learning_rate == "auto":
         eta = rule.learning_rate(K, y, s_max=s_max, sample_weight=w)
     else:
         eta = _check_eta(learning_rate)
-        if bounded:
+        if s_max is not None and rule.bounded:
             rule.check_learning_rate(eta, s_max)
     B = Y.shape[0]
     alpha = torch.zeros_like(Y)
     F = torch.zeros_like(Y)
+    alpha_prev, F_prev = alpha, F
     R = Y.clone()
     E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
     sq = None if w is None else w.sqrt()
@@ -98,12 +110,13 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
         r_norm = torch.linalg.vector_norm(R if sq is None else sq * R, dim=-1)
         if tol > 0 and bool((r_norm <= tol * y_norm).all()):
             break
-        D = rule.direction(R)
-        D = eta * D if w is None else (eta * w) * D
+        D = _increment(rule, R, F, F_prev, alpha, alpha_prev, eta, w)
+        if rule.momentum:
+            alpha_prev, F_prev = alpha, F
         alpha = alpha + D
-        F = F + Km.rmatmul(D)
+        F = F + batch_matmul(Km, D)
         if E is not None:
-            E = E + Em.rmatmul(D)
+            E = E + batch_matmul(Em, D)
         R = Y - F
         k += 1
         bar.update()
@@ -116,3 +129,80 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
             stopped = True
     bar.close()
     return _path_result(alpha, R, E, y, k, eta, path, stopped)
+
+
+def _increment(rule: PathRule, R, F, F_prev, alpha, alpha_prev, eta: float, w):
+    """``gamma (alpha - alpha_prev) + eta W direction(look)``, look = r (heavy ball) or
+    r - gamma K (alpha - alpha_prev) (Nesterov)."""
+    gamma = rule.momentum
+    look = R - gamma * (F - F_prev) if gamma and rule.nesterov else R
+    D = rule.direction(look)
+    D = eta * D if w is None else (eta * w) * D
+    return gamma * (alpha - alpha_prev) + D if gamma else D
+
+
+def run_path(rule, K, y: torch.Tensor, *, sample_weight: torch.Tensor | None = None,
+             **kwargs) -> PathResult:
+    """Run ``rule`` on the fastest route it declares: its specialised single path (declared
+    ``"single"``, and ``"weighted"`` when ``sample_weight`` is given), else :func:`rule_path`.
+
+    ``kwargs`` are those of :func:`rule_path` plus the backend options of the single paths
+    (``method``, ``eigh``, ``incremental``), which only choose how the path is computed and
+    which the reference driver ignores.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.solvers.paths.rules import HuberRule, SignRule
+    >>> K = torch.eye(2, dtype=torch.float64); y = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    >>> run_path(SignRule(), K, y, sample_weight=torch.tensor([2.0, 1.0], dtype=torch.float64),
+    ...          learning_rate=0.1, max_iter=3).alpha.numpy().round(2)  # row 1 moves twice as fast
+    array([ 0.6, -0.3])
+    >>> run_path(HuberRule(0.5), K, y, learning_rate=0.5, max_iter=1).alpha.numpy().round(2)
+    array([ 0.25, -0.25])
+    """
+    rule = as_rule(rule)
+    if rule.supports("single" if sample_weight is None else "weighted"):
+        return rule.single_path(K, y, sample_weight=sample_weight, **kwargs)
+    for key in BACKEND_OPTIONS:
+        kwargs.pop(key, None)
+    return rule_path(rule, K, y, sample_weight=sample_weight, **kwargs)
+
+
+def step_size(rule: PathRule, K, y: torch.Tensor, learning_rate="auto", *,
+              sample_weight: torch.Tensor | None = None,
+              eigh_ok: bool = False) -> tuple[float, tuple | None]:
+    """The step of ``rule`` on K: its automatic step, or ``learning_rate`` checked against its
+    bound when it has one (``DivergenceError`` if too large).
+
+    s_max(K) (with weights, of W^1/2 K W^1/2) is computed only for a bounded rule: from an
+    eigendecomposition when ``eigh_ok`` and the rule declares ``"eigenbasis"`` (returned, for
+    its path to reuse), else by :func:`largest_eigenvalue`. Returns ``(eta, eigh or None)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from kernelflow.solvers.paths.rules import GradientRule
+    >>> eta, eigh = step_size(GradientRule(), 4 * torch.eye(2, dtype=torch.float64),
+    ...                       torch.ones(2, dtype=torch.float64), eigh_ok=True)
+    >>> eta, eigh[0].tolist()
+    (0.25, [4.0, 4.0])
+    """
+    w = sample_weight
+    eigh = None
+    s_max = None
+    if rule.bounded:
+        if eigh_ok and rule.supports("eigenbasis"):
+            sq = None if w is None else w.sqrt()
+            eigh = symmetric_eigh(K if sq is None else sq[:, None] * K * sq[None, :])
+            s_max = float(eigh[0][-1])
+        else:
+            s_max = largest_eigenvalue(K) if w is None else weighted_largest_eigenvalue(K, w)
+    if learning_rate == "auto":
+        eta = rule.learning_rate(K, y, s_max=s_max,
+                                 sample_weight=None if w is None else w.to(K.dtype))
+    else:
+        eta = float(learning_rate)
+        if s_max is not None:
+            rule.check_learning_rate(eta, s_max)
+    return eta, eigh

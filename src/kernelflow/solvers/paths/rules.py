@@ -1,297 +1,98 @@
-"""Update rules of the paths: single steps, automatic step sizes and stability bounds.
+"""Path rules: each update rule declares its step, automatic step, stability bound, options and
+the fast backends that run it; the drivers ask the rule and never its name.
 
-The single-step functions act on the last dimension, so a batch ``(B, n)`` of independent
-problems (folds x bandwidths) advances in one call. The top eigenvalue s_max(K), which bounds
-every stable gradient step, is computed by :func:`largest_eigenvalue` and nowhere else.
+A rule is ``alpha += eta * direction(r)`` with r = y - K alpha, from alpha = 0. The reference
+driver :func:`~kernelflow.solvers.paths.driver.rule_path` runs every rule (sample weights and
+momentum included); a rule lists in :attr:`PathRule.backends` the faster routes that compute
+the same path (:data:`BACKENDS`), and ``tests/test_path_rule_contract.py`` checks each of
+them against the reference. The single steps, automatic step sizes and bounds the rules are
+built on live in :mod:`._steps` and are re-exported here.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from ...linalg import power_iteration
-from ._common import EXACT_EIGENVALUE_MAX_N, DivergenceError
-from ._operator import _Matrix
+from ._common import DivergenceError, PathResult
+from ._steps import (
+    _scaled_largest_eigenvalue,
+    check_gradient_learning_rate,
+    coordinate_direction,
+    coordinate_learning_rate,
+    coordinate_monotone_step,
+    coordinate_moves,
+    coordinate_step,
+    gradient_learning_rate,
+    gradient_step,
+    largest_eigenvalue,
+    momentum_step,
+    sign_learning_rate,
+    sign_monotone_step,
+    sign_step,
+    weighted_largest_eigenvalue,
+)
+from .single import coordinate_descent_path, gradient_descent_path, sign_gradient_path
+
+__all__ = [
+    "BACKENDS", "PathRule", "GradientRule", "SignRule", "CoordinateRule", "HuberRule", "RowMask",
+    "RULES", "as_rule", "huber_epsilon", "HUBER_CONSTANT",
+    "gradient_step", "momentum_step", "sign_step", "coordinate_direction", "coordinate_moves",
+    "coordinate_step", "largest_eigenvalue", "weighted_largest_eigenvalue",
+    "gradient_learning_rate", "check_gradient_learning_rate", "sign_learning_rate",
+    "coordinate_learning_rate", "sign_monotone_step", "coordinate_monotone_step",
+]
+
+_ = _scaled_largest_eigenvalue  # re-exported for the drivers
+
+#: The fast backends a rule may declare, each computing the path of the reference driver:
+#:
+#: * ``"single"``: the rule's specialised single-path loop (:meth:`PathRule.single_path`);
+#: * ``"weighted"``: that loop also takes ``sample_weight``;
+#: * ``"eigenbasis"``: that loop can run from an eigendecomposition of K (``eigh``,
+#:   ``method``), which the drivers then compute once for the step size and the refit;
+#: * ``"spectral"``: the closed form alpha_k = U phi_k(s) U^T y of plain gradient descent
+#:   (validation curves in blocks of iterations, the filter of path cross-validation);
+#: * ``"batched"``: :meth:`PathRule.batched_step` on a (..., n) batch of problems with their
+#:   training rows (:class:`RowMask`), the tensor loop of path cross-validation;
+#: * ``"native"``: the compiled loops of :mod:`kernelflow.solvers._native`, named by
+#:   :attr:`PathRule.native`.
+BACKENDS = ("single", "weighted", "eigenbasis", "spectral", "batched", "native")
+
+#: Options of the single-path loops that only choose how a path is computed; the reference
+#: driver ignores them.
+BACKEND_OPTIONS = ("method", "eigh", "incremental")
 
 
-# ---- single steps (batch-agnostic: the last dimension indexes training points) ----
-def gradient_step(alpha: torch.Tensor, residual: torch.Tensor, eta) -> torch.Tensor:
-    """One kernel gradient-descent step ``alpha + eta r`` (Eq. 8), r = y - K alpha.
+class RowMask:
+    """Training rows of a batch of problems, shape (..., n) (1 where a row trains), with what a
+    rule derives from them cached on this object.
 
-    Works on any batch shape ``(..., n)``; ``eta`` is a float or broadcasts (e.g. shape (B, 1)).
-
-    Examples
-    --------
-    >>> import torch
-    >>> gradient_step(torch.zeros(3), torch.tensor([1.0, -2.0, 0.0]), 0.5).tolist()
-    [0.5, -1.0, 0.0]
-    """
-    return alpha + eta * residual
-
-
-def momentum_step(alpha: torch.Tensor, alpha_prev: torch.Tensor, residual: torch.Tensor, eta,
-                  momentum) -> torch.Tensor:
-    """Heavy-ball / Nesterov step ``alpha + gamma (alpha - alpha_prev) + eta r`` (Remark 4.2).
-
-    For heavy ball, ``residual`` is ``y - K alpha``; for Nesterov it is taken at the look-ahead
-    point ``alpha + gamma (alpha - alpha_prev)``. Shapes ``(..., n)``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> momentum_step(torch.ones(2), torch.zeros(2), torch.ones(2), 0.25, 0.5).tolist()
-    [1.75, 1.75]
-    """
-    return alpha + momentum * (alpha - alpha_prev) + eta * residual
-
-
-def sign_step(alpha: torch.Tensor, residual: torch.Tensor, eta) -> torch.Tensor:
-    """One kernel sign-gradient step ``alpha + eta sign(r)`` with sign(0) = 0 (Eq. 24).
-
-    Examples
-    --------
-    >>> import torch
-    >>> sign_step(torch.zeros(3), torch.tensor([0.3, -2.0, 0.0]), 0.25).tolist()
-    [0.25, -0.25, 0.0]
-    """
-    return alpha + eta * torch.sign(residual)
-
-
-def coordinate_direction(residual: torch.Tensor) -> torch.Tensor:
-    """``I_inf(r)``: sign(r_d) on every coordinate attaining max_d |r_d| (all ties), else 0.
-
-    Operates on the last dimension; a zero residual gives a zero direction.
-
-    Examples
-    --------
-    >>> import torch
-    >>> coordinate_direction(torch.tensor([[0.5, -2.0, 2.0], [1.0, 0.0, -0.5]])).tolist()
-    [[0.0, -1.0, 1.0], [1.0, 0.0, -0.0]]
-    """
-    a = residual.abs()
-    top = a.amax(dim=-1, keepdim=True)
-    return torch.sign(residual) * (a == top)
-
-
-def coordinate_moves(R: torch.Tensor, tol: float = 0.0, y_max=None):
-    """The coordinates a coordinate-descent step moves in a batch of residuals ``R`` (B, n).
-
-    Every m attaining max |r| of its row moves (ties move together): returns ``(mask, idx)``
-    with ``mask`` (B, n) marking them per row and ``idx`` their union, or None when the path
-    has ended (a zero residual, or max |r| <= ``tol * y_max`` in every row when ``tol > 0``).
+    A batched driver makes one whenever its batch changes and passes it to every
+    :meth:`PathRule.batched_step`, so a rule may cache per-mask work in :attr:`cache` (keyed
+    by what it needs, e.g. the residual shape).
 
     Examples
     --------
-    >>> mask, idx = coordinate_moves(torch.tensor([[0.5, -2.0, 2.0]]))
-    >>> mask.tolist(), idx.tolist()
-    ([[False, True, True]], [1, 2])
+    >>> m = RowMask(torch.tensor([[1.0, 0.0, 1.0]]))
+    >>> m.mask.shape, m.cache
+    (torch.Size([1, 3]), {})
     """
-    A = R.abs()
-    top = A.amax(dim=-1, keepdim=True)
-    if tol > 0 and bool((top[:, 0] <= tol * y_max).all()):
-        return None
-    mask = (A == top) & (top > 0)
-    idx = torch.nonzero(mask.any(dim=0)).reshape(-1)
-    if idx.numel() == 0:
-        return None
-    return mask, idx
+
+    def __init__(self, mask: torch.Tensor):
+        self.mask = mask
+        self.cache: dict[Any, Any] = {}
 
 
-def coordinate_step(alpha: torch.Tensor, residual: torch.Tensor, eta) -> torch.Tensor:
-    """One kernel coordinate-descent step ``alpha + eta I_inf(r)`` (forward stagewise).
-
-    Examples
-    --------
-    >>> import torch
-    >>> coordinate_step(torch.zeros(3), torch.tensor([0.5, -2.0, 1.0]), 0.25).tolist()
-    [0.0, -0.25, 0.0]
-    """
-    return alpha + eta * coordinate_direction(residual)
+def _mask_tensor(mask: torch.Tensor | RowMask | None) -> torch.Tensor | None:
+    return mask.mask if isinstance(mask, RowMask) else mask
 
 
-
-# ---- step sizes ----
-def largest_eigenvalue(K, n_iter: int = 50) -> float:
-    """Upper estimate of s_max(K): exact (eigvalsh) for dense n <= 2000, else power iteration.
-
-    Power iteration estimates from below; the estimate is inflated by 5% and capped at the trace
-    bound s_max <= trace(K). Cost O(n^3) exact, else ``n_iter`` products with K.
-
-    Examples
-    --------
-    >>> import torch
-    >>> round(largest_eigenvalue(torch.tensor([[2.0, 1.0], [1.0, 2.0]], dtype=torch.float64)), 6)
-    3.0
-    """
-    Km = _Matrix(K)
-    n = Km.shape[0]
-    if n == 0:
-        return 0.0
-    if n <= EXACT_EIGENVALUE_MAX_N and Km.fits():
-        D = Km.to_dense()
-        return float(torch.linalg.eigvalsh(0.5 * (D + D.T).to(torch.float64))[-1].clamp_min(0))
-    est = power_iteration(lambda v: Km.rmatmul(v[None].to(Km.dtype))[0].to(torch.float64), n,
-                          device=Km.device, n_iter=n_iter)
-    trace = float(Km.diagonal().sum())
-    return min(1.05 * est, trace) if trace > 0 else 1.05 * est
-
-
-def weighted_largest_eigenvalue(K, w: torch.Tensor) -> float:
-    """s_max(W^1/2 K W^1/2) for positive weights w: exact when dense and small, else power
-    iteration (+5 %); the matrix of the repeated-row problem.
-
-    Examples
-    --------
-    >>> import torch
-    >>> round(weighted_largest_eigenvalue(torch.eye(2, dtype=torch.float64),
-    ...                                   torch.tensor([1.0, 3.0], dtype=torch.float64)), 6)
-    3.0
-    """
-    return _scaled_largest_eigenvalue(K, w.sqrt())
-
-
-def _scaled_largest_eigenvalue(K, sq: torch.Tensor) -> float:
-    """s_max(diag(sq) K diag(sq)); see :func:`weighted_largest_eigenvalue`."""
-    if isinstance(K, torch.Tensor) and K.shape[0] <= EXACT_EIGENVALUE_MAX_N:
-        return largest_eigenvalue(sq[:, None] * K * sq[None, :])
-    Km = _Matrix(K)
-    est = power_iteration(lambda v: (sq * Km.rmatmul((sq * v.to(sq.dtype))[None])[0])
-                          .to(torch.float64), K.shape[0], device=sq.device)
-    return 1.05 * est
-
-
-def gradient_learning_rate(K, s_max: float | None = None) -> float:
-    """Safe gradient-descent step ``1 / s_max(K)`` (Prop 5.3: eta <= 2 / s_max keeps ||r||_2
-    non-increasing; 1 / s_max also makes every spectral factor 1 - eta s non-negative).
-
-    Examples
-    --------
-    >>> import torch
-    >>> round(gradient_learning_rate(torch.eye(3, dtype=torch.float64) * 4), 4)
-    0.25
-    """
-    s = largest_eigenvalue(K) if s_max is None else float(s_max)
-    return 1.0 / s if s > 0 else 1.0
-
-
-def check_gradient_learning_rate(eta: float, s_max: float, momentum: float = 0.0,
-                                 nesterov: bool = False) -> None:
-    """Raise :class:`DivergenceError` if gradient descent with step ``eta`` cannot converge.
-
-    Plain GD needs eta s_max < 2; heavy ball eta s_max < 2 (1 + gamma); Nesterov
-    eta s_max < (2 + 2 gamma) / (1 + 2 gamma) (stability of the two-term recurrence).
-
-    Examples
-    --------
-    >>> check_gradient_learning_rate(1.0, 3.0)
-    Traceback (most recent call last):
-    ...
-    kernelflow.solvers.paths.DivergenceError: ...
-    """
-    g = float(momentum)
-    bound = 2.0 * (1 + g) / (1 + 2 * g) if nesterov else 2.0 * (1 + g)
-    if eta * s_max > bound * (1 + 1e-9):
-        raise DivergenceError(
-            f"learning_rate={eta:.4g} diverges for this kernel matrix: learning_rate * s_max(K) = "
-            f"{eta * s_max:.4g} exceeds {bound:.4g} (s_max(K) ~ {s_max:.4g}); use "
-            f"learning_rate <= {bound / s_max:.4g} or learning_rate='auto'."
-        )
-
-
-def _rms(Y: torch.Tensor) -> float:
-    v = float(Y.pow(2).mean().sqrt()) if Y.numel() else 0.0
-    return v if v > 0 else 1.0
-
-
-def sign_learning_rate(K, y: torch.Tensor, resolution: float = 0.01,
-                       s_max: float | None = None,
-                       sample_weight: torch.Tensor | None = None) -> float:
-    """Default sign-descent step ``resolution * rms(y) / s_max(K)``.
-
-    One step changes the fitted values by ``eta ||K sign(r)||_2 <= eta s_max sqrt(n)``, i.e. by at
-    most ``resolution ||y||_2``. Sign descent cannot diverge (|alpha_i| <= k eta), so this only sets
-    the resolution of the path; the paper's fixed 0.01 remains available. With positive
-    ``sample_weight`` w it is the step of the repeated-row problem: the weighted root mean square
-    of y over s_max(W^1/2 K W^1/2) (:func:`weighted_largest_eigenvalue`).
-
-    Examples
-    --------
-    >>> import torch
-    >>> round(sign_learning_rate(torch.eye(4, dtype=torch.float64), torch.ones(4)), 4)
-    0.01
-    """
-    if sample_weight is not None:
-        w = sample_weight.reshape(-1)
-        Y = y.reshape(y.shape[0], -1).to(w.dtype)
-        rms = float(((w[:, None] * Y.square()).sum() / (w.sum() * Y.shape[1])).sqrt())
-        s = weighted_largest_eigenvalue(K, w) if s_max is None else float(s_max)
-        return resolution * (rms if rms > 0 else 1.0) / (s if s > 0 else 1.0)
-    # Only sets the resolution, so a rough estimate (10 products when matrix-free) suffices.
-    s = largest_eigenvalue(K, n_iter=10) if s_max is None else float(s_max)
-    return resolution * _rms(y) / (s if s > 0 else 1.0)
-
-
-def coordinate_learning_rate(K, y: torch.Tensor, resolution: float = 0.01) -> float:
-    """Default coordinate-descent step ``resolution * max|y| / max_i K_ii``.
-
-    A step on coordinate m changes r_m by eta K_mm: about 1% of the largest residual. Cost O(n).
-
-    Examples
-    --------
-    >>> import torch
-    >>> round(coordinate_learning_rate(torch.eye(3, dtype=torch.float64), torch.tensor([1., 2.])),
-    ...       4)
-    0.02
-    """
-    d = float(_Matrix(K).diagonal().abs().max()) if K.shape[0] else 1.0
-    m = float(y.abs().max()) if y.numel() else 1.0
-    return resolution * (m if m > 0 else 1.0) / (d if d > 0 else 1.0)
-
-
-def sign_monotone_step(residual: torch.Tensor, K_sign: torch.Tensor) -> torch.Tensor:
-    """Largest step keeping ||r||_1 non-increasing for sign descent: min_i |r_i| / |(K s)_i|.
-
-    The corrected form of Prop 5.3 (the paper's ``min_i |r_i|`` is not sufficient): no residual
-    changes sign, so ||r - eta K s||_1 = ||r||_1 - eta s^T K s. ``K_sign`` is K sign(r); last
-    dimension. Returns +inf where K sign(r) = 0.
-
-    Examples
-    --------
-    >>> import torch
-    >>> float(sign_monotone_step(torch.tensor([1.0, -0.5]), torch.tensor([2.0, -2.0])))
-    0.25
-    """
-    ratio = residual.abs() / K_sign.abs()
-    ratio = torch.where(K_sign == 0, torch.full_like(ratio, math.inf), ratio)
-    return ratio.amin(dim=-1)
-
-
-def coordinate_monotone_step(residual: torch.Tensor, K_column: torch.Tensor,
-                             m: int) -> torch.Tensor:
-    """Largest step keeping ||r||_inf non-increasing when coordinate m = argmax |r| moves.
-
-    Corrected Prop 5.3: eta <= min_i (|r_m| + sign(K_im s) r_i) / |K_im| over K_im != 0, with
-    s = sign(r_m); this is necessary and sufficient. ``K_column`` is K[:, m]; 1-D inputs.
-
-    Examples
-    --------
-    >>> import torch
-    >>> r = torch.tensor([1.0, -0.95]); col = torch.tensor([1.0, 0.9])
-    >>> round(float(coordinate_monotone_step(r, col, 0)), 4)
-    0.0556
-    """
-    s = torch.sign(residual[m])
-    a = K_column * s
-    bound = (residual[m].abs() + torch.sign(a) * residual) / a.abs()
-    bound = torch.where(a == 0, torch.full_like(bound, math.inf), bound)
-    return bound.amin()
-
-
-
-# ---- rule objects: one per method, owning its step, automatic step size and stability bound ----
+# ---- rule objects ----
 def _robust_scale(y: torch.Tensor) -> float:
     """1.4826 x the median absolute deviation from the median (the normal-consistent MAD)."""
     v = y.reshape(-1).to(torch.float64)
@@ -306,22 +107,91 @@ def _robust_scale(y: torch.Tensor) -> float:
 class PathRule:
     """One update rule of the paths: ``alpha += eta * direction(r)``, r = y - K alpha.
 
-    Subclasses set ``name`` and implement :meth:`direction` and :meth:`learning_rate`; the
-    stability bound on eta (inf for rules that cannot diverge) comes from :meth:`max_step`.
-    ``native`` names the compiled loop that runs the rule (:mod:`kernelflow.solvers._native`),
-    ``spectral`` says the closed form of gradient descent applies.
+    A rule declares everything a driver needs, and the drivers ask it:
+
+    * the step: :meth:`direction` (on the last dimension, so that a batch of problems
+      advances in one call) and :meth:`step`; :meth:`batched_step` for the batched loop;
+    * the automatic step :meth:`learning_rate` and the stability bound :meth:`max_step`
+      (inf for rules that cannot diverge; :attr:`bounded` says whether the drivers need
+      s_max(K)), checked by :meth:`check_learning_rate`;
+    * whether the step uses the training rows of each problem (:attr:`uses_mask`: the
+      batched loop then passes a :class:`RowMask`);
+    * its options (:attr:`option_names`, read by :attr:`options`, changed by
+      :meth:`with_options`), among them heavy-ball ``momentum`` and ``nesterov``, which the
+      reference driver runs for every rule;
+    * the fast backends that compute its path (:attr:`backends`, names of :data:`BACKENDS`):
+      ``fast_backends`` without momentum, ``momentum_backends`` among them with it.
+
+    A new rule subclasses this class, sets ``name`` and implements :meth:`direction` and
+    :meth:`learning_rate` (and :meth:`max_step` if a step can be too large); it then runs in
+    the reference driver, the estimators' fits (``fit_path``) and, since the base step is
+    batch-agnostic, in path cross-validation. A specialised loop is declared by adding
+    ``"single"`` to ``fast_backends`` and implementing :meth:`single_path`.
     """
 
     name = "rule"
-    native: str | None = None
-    spectral = False
+    #: Backends of the rule without momentum (the base step runs in the batched loop).
+    fast_backends: ClassVar[frozenset[str]] = frozenset({"batched"})
+    #: Backends that also run its momentum (none unless declared).
+    momentum_backends: ClassVar[frozenset[str]] = frozenset()
+    #: Whether :meth:`direction` and :meth:`step` need the training rows of each problem.
+    uses_mask: ClassVar[bool] = False
+    #: Name of the compiled loop of :mod:`kernelflow.solvers._native` (with ``"native"``).
+    native: ClassVar[str | None] = None
+    #: Names of the options, stored once as attributes of the same name.
+    option_names: ClassVar[tuple[str, ...]] = ()
+    #: The single-path function of :mod:`kernelflow.solvers.paths` that runs the rule, if any
+    #: (``as_rule`` accepts it in place of the rule).
+    path_function: ClassVar[Callable[..., PathResult] | None] = None
+    momentum = 0.0
+    nesterov = False
 
-    def direction(self, residual: torch.Tensor) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
+    @property
+    def backends(self) -> frozenset[str]:
+        """The fast backends that compute this rule's path with its current options."""
+        if self.momentum:
+            return self.fast_backends & self.momentum_backends
+        return self.fast_backends
 
-    def step(self, alpha: torch.Tensor, residual: torch.Tensor, eta) -> torch.Tensor:
+    def supports(self, backend: str) -> bool:
+        """Whether the fast backend ``backend`` (a name of :data:`BACKENDS`) runs this rule."""
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}.")
+        return backend in self.backends
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The rule's options, by name."""
+        return {key: getattr(self, key) for key in self.option_names}
+
+    def with_options(self, **options: Any) -> PathRule:
+        """This rule with ``options`` changed (itself when nothing changes)."""
+        unknown = sorted(set(options) - set(self.option_names))
+        if unknown:
+            raise ValueError(f"the {self.name} rule has no option {', '.join(unknown)}; its "
+                             f"options are {self.option_names or 'none'}.")
+        if all(getattr(self, key) == value for key, value in options.items()):
+            return self
+        return type(self)(**{**self.options, **options})
+
+    def direction(self, residual: torch.Tensor,
+                  mask: torch.Tensor | RowMask | None = None) -> torch.Tensor:
+        raise NotImplementedError  # pragma: no cover
+
+    def step(self, alpha: torch.Tensor, residual: torch.Tensor, eta,
+             mask: torch.Tensor | RowMask | None = None) -> torch.Tensor:
         """``alpha + eta * direction(residual)`` on the last dimension."""
+        if self.uses_mask:
+            return alpha + eta * self.direction(residual, mask)
         return alpha + eta * self.direction(residual)
+
+    def batched_step(self, alpha: torch.Tensor, residual: torch.Tensor, eta: float,
+                     mask: RowMask) -> torch.Tensor:
+        """The step of the batched loop: ``alpha`` (..., n) of every problem, ``residual``
+        zero off each problem's training rows ``mask``; may reuse the memory of both."""
+        if self.uses_mask:
+            return self.step(alpha, residual, eta, mask)
+        return self.step(alpha, residual, eta)
 
     def learning_rate(self, K, y: torch.Tensor, s_max: float | None = None,
                       sample_weight: torch.Tensor | None = None) -> float:
@@ -333,15 +203,35 @@ class PathRule:
         """Largest stable step for a kernel matrix with top eigenvalue ``s_max``."""
         return math.inf
 
+    @property
+    def bounded(self) -> bool:
+        """Whether a step can be too large, so that the drivers need s_max(K)."""
+        return self.max_step(1.0) < math.inf
+
     def check_learning_rate(self, eta: float, s_max: float) -> None:
         """Raise :class:`DivergenceError` when ``eta`` exceeds :meth:`max_step`."""
+        bound = self.max_step(s_max)
+        if eta > bound * (1 + 1e-9):
+            raise DivergenceError(
+                f"learning_rate={eta:.4g} diverges for this kernel matrix with the {self.name} "
+                f"rule (s_max(K) ~ {s_max:.4g}); use learning_rate <= {bound:.4g} or "
+                "learning_rate='auto'.")
+
+    def single_path(self, K, y: torch.Tensor, *, sample_weight: torch.Tensor | None = None,
+                    **kwargs: Any) -> PathResult:
+        """The rule's specialised single path (declared by ``"single"``), the arguments of
+        :func:`~kernelflow.solvers.paths.driver.rule_path` plus its own backend options."""
+        raise NotImplementedError(f"the {self.name} rule declares no single path.")
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"{type(self).__name__}({opts})"
 
 
 class GradientRule(PathRule):
-    """Kernel gradient descent, ``alpha += eta r`` (optionally with momentum gamma).
+    """Kernel gradient descent, ``alpha += eta r``, optionally with heavy-ball or Nesterov
+    momentum gamma (Remark 4.2): ``alpha += gamma (alpha - alpha_prev) + eta r`` with r taken
+    at the look-ahead point for Nesterov.
 
     Examples
     --------
@@ -350,16 +240,24 @@ class GradientRule(PathRule):
     [0.5, -1.0]
     >>> round(GradientRule().max_step(4.0), 3)
     0.5
+    >>> sorted(GradientRule(momentum=0.5).backends)  # no closed form, no batched loop
+    ['eigenbasis', 'single', 'weighted']
     """
 
     name = "gradient"
-    spectral = True
+    fast_backends = frozenset({"single", "weighted", "eigenbasis", "spectral", "batched"})
+    momentum_backends = frozenset({"single", "weighted", "eigenbasis"})
+    option_names = ("momentum", "nesterov")
+    path_function = staticmethod(gradient_descent_path)
 
     def __init__(self, momentum: float = 0.0, nesterov: bool = False):
-        self.momentum = float(momentum)
+        momentum = float(momentum)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
+        self.momentum = momentum
         self.nesterov = bool(nesterov)
 
-    def direction(self, residual):
+    def direction(self, residual, mask=None):
         return residual
 
     def learning_rate(self, K, y=None, s_max=None, sample_weight=None):
@@ -372,6 +270,10 @@ class GradientRule(PathRule):
 
     def check_learning_rate(self, eta, s_max):
         check_gradient_learning_rate(eta, s_max, self.momentum, self.nesterov)
+
+    def single_path(self, K, y, *, sample_weight=None, **kwargs):
+        return gradient_descent_path(K, y, momentum=self.momentum, nesterov=self.nesterov,
+                                     sample_weight=sample_weight, **kwargs)
 
 
 class SignRule(PathRule):
@@ -386,12 +288,20 @@ class SignRule(PathRule):
 
     name = "sign"
     native = "sign"
+    fast_backends = frozenset({"single", "weighted", "batched", "native"})
+    path_function = staticmethod(sign_gradient_path)
 
-    def direction(self, residual):
+    def direction(self, residual, mask=None):
         return torch.sign(residual)
+
+    def batched_step(self, alpha, residual, eta, mask):
+        return alpha.add_(residual.sign_(), alpha=eta)  # in place: two passes, not three
 
     def learning_rate(self, K, y, s_max=None, sample_weight=None):
         return sign_learning_rate(K, y, s_max=s_max, sample_weight=sample_weight)
+
+    def single_path(self, K, y, *, sample_weight=None, **kwargs):
+        return sign_gradient_path(K, y, sample_weight=sample_weight, **kwargs)
 
 
 class CoordinateRule(PathRule):
@@ -406,12 +316,17 @@ class CoordinateRule(PathRule):
 
     name = "coordinate"
     native = "coordinate"
+    fast_backends = frozenset({"single", "weighted", "batched", "native"})
+    path_function = staticmethod(coordinate_descent_path)
 
-    def direction(self, residual):
+    def direction(self, residual, mask=None):
         return coordinate_direction(residual)
 
     def learning_rate(self, K, y, s_max=None, sample_weight=None):
         return coordinate_learning_rate(K, y)
+
+    def single_path(self, K, y, *, sample_weight=None, **kwargs):
+        return coordinate_descent_path(K, y, sample_weight=sample_weight, **kwargs)
 
 
 #: Huber's tuning constant: 95 % efficiency under normal errors.
@@ -463,6 +378,9 @@ class HuberRule(PathRule):
     """
 
     name = "huber"
+    fast_backends = frozenset({"batched"})
+    uses_mask = True
+    option_names = ("epsilon", "constant")
 
     def __init__(self, epsilon: float | None = None, constant: float = HUBER_CONSTANT):
         if epsilon is not None:
@@ -471,8 +389,7 @@ class HuberRule(PathRule):
                 raise ValueError(f"epsilon must be a positive finite number, got {epsilon}.")
         self.epsilon = epsilon
         self.constant = float(constant)
-        self.last_epsilon = None
-        self._layout = None  # cached training positions of the last mask
+        self.last_epsilon: torch.Tensor | float | None = None
 
     def threshold(self, residual: torch.Tensor, mask: torch.Tensor | None = None):
         """epsilon, or the adaptive threshold of each problem (shape (..., 1))."""
@@ -483,6 +400,7 @@ class HuberRule(PathRule):
             residual, mask)
 
     def _tensor_threshold(self, residual, mask):
+        mask = _mask_tensor(mask)
         r = residual if mask is None else torch.where(mask > 0, residual, torch.nan)
         med = r.nanmedian(dim=-1, keepdim=True).values
         mad = (r - med).abs().nanmedian(dim=-1, keepdim=True).values
@@ -498,14 +416,15 @@ class HuberRule(PathRule):
         a mask), and the positions of the lower median and of the largest value after a
         row-wise sort that puts the other rows last: integers when all problems have the
         same number of training rows, else ``(rows, per-row positions)`` index pairs. None
-        where a problem has no training row. Cached for the mask object (and its version),
-        which a path keeps between steps.
+        where a problem has no training row. Cached on a :class:`RowMask` (which a batched
+        driver keeps between steps) for each residual shape; a bare tensor mask is read at
+        every call.
         """
+        cache = mask.cache if isinstance(mask, RowMask) else None
+        if cache is not None and ("huber", shape) in cache:
+            return cache[("huber", shape)]
         n = shape[-1]
-        key = None if mask is None else (id(mask), mask._version, tuple(mask.shape))
-        layout = getattr(self, "_layout", None)
-        if layout is not None and layout[:2] == (key, shape):
-            return layout[2]
+        mask = _mask_tensor(mask)
         if mask is None:
             keep, count = None, np.full(1, n, dtype=np.int64)
         else:
@@ -518,7 +437,8 @@ class HuberRule(PathRule):
         else:
             at = np.arange(count.size)
             rows = (keep, (at, (count - 1) // 2), (at, count - 1))
-        self._layout = (key, shape, rows, mask)  # holding the mask keeps its id unique
+        if cache is not None:
+            cache[("huber", shape)] = rows
         return rows
 
     def _host(self, residual, mask, alpha=None, eta=None):
@@ -533,10 +453,12 @@ class HuberRule(PathRule):
         square). Medians are order statistics and the rest is elementwise, each rounded as
         the tensor code rounds it (``eta`` in the dtype, as torch takes a Python scalar).
         """
+        mask_t = _mask_tensor(mask)
         if (self.epsilon is not None or residual.device.type != "cpu"
                 or residual.requires_grad or residual.dtype not in (torch.float32, torch.float64)
                 or residual.ndim == 0 or residual.shape[-1] == 0
-                or (mask is not None and (mask.device.type != "cpu" or mask.requires_grad))):
+                or (mask_t is not None and (mask_t.device.type != "cpu"
+                                            or mask_t.requires_grad))):
             return None
         shape = tuple(residual.shape)
         rows = self._rows(mask, shape)
@@ -603,26 +525,33 @@ class HuberRule(PathRule):
         return f"HuberRule(epsilon={eps})"
 
 
-def as_rule(rule) -> PathRule:
-    """A :class:`PathRule` from a rule, a method name or one of the three path functions.
+#: The rules a method name stands for (``as_rule("sign")``).
+RULES: dict[str, type[PathRule]] = {"gradient": GradientRule, "sign": SignRule,
+                                    "coordinate": CoordinateRule}
+
+
+def as_rule(rule, **options: Any) -> PathRule:
+    """A :class:`PathRule` from a rule, a method name of :data:`RULES` or the single-path
+    function a rule declares (``path_function``), with ``options`` set
+    (:meth:`PathRule.with_options`).
 
     Examples
     --------
     >>> as_rule("sign").name
     'sign'
+    >>> as_rule("gradient", momentum=0.5)
+    GradientRule(momentum=0.5, nesterov=False)
     """
     if isinstance(rule, PathRule):
-        return rule
-    if isinstance(rule, str):
-        rules = {"gradient": GradientRule, "sign": SignRule, "coordinate": CoordinateRule}
-        if rule not in rules:
-            raise ValueError(f"method must be one of {tuple(rules)} or a PathRule, got {rule!r}.")
-        return rules[rule]()
-    name = getattr(rule, "__name__", "")
-    by_function = {"gradient_descent_path": "gradient", "sign_gradient_path": "sign",
-                   "coordinate_descent_path": "coordinate"}
-    if name in by_function and getattr(rule, "__module__", "").startswith(
-            "kernelflow.solvers.paths"):
-        return as_rule(by_function[name])
-    raise ValueError("path_function must be one of the three paths of kernelflow.solvers.paths "
-                     f"or a PathRule, got {rule!r}.")
+        found = rule
+    elif isinstance(rule, str):
+        if rule not in RULES:
+            raise ValueError(f"method must be one of {tuple(RULES)} or a PathRule, got {rule!r}.")
+        found = RULES[rule]()
+    else:
+        match = [cls for cls in RULES.values() if cls.path_function is rule]
+        if not match:
+            raise ValueError("path_function must be one of the three paths of "
+                             f"kernelflow.solvers.paths or a PathRule, got {rule!r}.")
+        found = match[0]()
+    return found.with_options(**options) if options else found

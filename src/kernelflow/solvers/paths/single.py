@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...operators import LinearOperator, ScaledOperator
 from ...utils._progress import progress
 from .. import _native
 from ._common import (
@@ -19,8 +20,17 @@ from ._common import (
     _prepare,
     _sample_weight,
 )
-from ._operator import _Matrix
-from .rules import (
+from ._operator import (
+    batch_matmul,
+    column,
+    columns_t,
+    dense_matrix,
+    fits,
+    path_operator,
+)
+from ._steps import (
+    _scaled_largest_eigenvalue,
+    check_gradient_learning_rate,
     coordinate_learning_rate,
     coordinate_moves,
     gradient_learning_rate,
@@ -31,25 +41,26 @@ from .spectral import _gd_spectral
 __all__ = ["gradient_descent_path", "sign_gradient_path", "coordinate_descent_path"]
 
 
-def _native_path(method: str, Km: _Matrix, Y: torch.Tensor, Em, y: torch.Tensor, eta: float,
-                 max_iter: int, name: str) -> PathResult | None:
+def _native_path(method: str, Km: LinearOperator, Y: torch.Tensor, Em: LinearOperator | None,
+                 y: torch.Tensor, eta: float, max_iter: int, name: str) -> PathResult | None:
     """The whole path in compiled code (one problem per target), or None where it cannot run.
 
     Used for a dense symmetric K on the CPU when no callback, recording or tolerance needs the
     iterates: the same update rules, with K alpha kept as a running sum (see
     :mod:`._native`); the residual returned is recomputed as y - K alpha.
     """
-    if Km.dense is None or not _native.available(method, Km.dense):
+    dense = dense_matrix(Km)
+    if dense is None or not _native.available(method, dense):
         return None
     B, n = Y.shape
     ones = torch.ones(1, n, dtype=Y.dtype)
     _, _, n_iter, alpha = _native.run_problems(
-        method, Km.dense.unsqueeze(0), Y, ones, torch.zeros_like(ones), np.zeros(B),
+        method, dense.unsqueeze(0), Y, ones, torch.zeros_like(ones), np.zeros(B),
         np.arange(B), np.zeros(B), eta=eta, max_iter=max_iter, return_alpha=True)
-    R = Y - Km.rmatmul(alpha)
+    R = Y - batch_matmul(Km, alpha)
     if not bool(torch.isfinite(R).all()):
         raise DivergenceError(f"{name} produced a non-finite residual.")
-    E = None if Em is None else Em.rmatmul(alpha)
+    E = None if Em is None else batch_matmul(Em, alpha)
     return PathResult(
         alpha=_out(alpha, y), residual=_out(R, y), n_iter=int(n_iter.max(initial=0)),
         learning_rate=eta, path=None, eval_predictions=None if E is None else _out(E, y),
@@ -61,7 +72,8 @@ def _native_path(method: str, Km: _Matrix, Y: torch.Tensor, Em, y: torch.Tensor,
 def gradient_descent_path(
     K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, momentum: float = 0.0,
     nesterov: bool = False, method: str = "auto", K_eval=None, callback: Callback | None = None,
-    record_path: bool = False, tol: float = 0.0, eigh: tuple | None = None, verbose: int = 0,
+    record_path: bool = False, tol: float = 0.0, eigh: tuple | None = None,
+    sample_weight: torch.Tensor | None = None, verbose: int = 0,
 ) -> PathResult:
     """Kernel gradient descent from alpha_0 = 0: ``alpha_{k+1} = alpha_k + eta (y - K alpha_k)``.
 
@@ -94,7 +106,13 @@ def gradient_descent_path(
         Stop once ||r_k||_2 <= tol ||y||_2.
     eigh : tuple (s, U), optional
         A precomputed eigendecomposition of K (``kernelflow.linalg.symmetric_eigh``) for the
-        spectral method.
+        spectral method; with ``sample_weight``, that of W^1/2 K W^1/2.
+    sample_weight : tensor of shape (n,), optional
+        Positive finite weights w: ``alpha += eta W r`` (an integer weight acts as repeating
+        the row). With beta = W^-1/2 alpha this is plain gradient descent on
+        M = W^1/2 K W^1/2 with targets W^1/2 y, so the spectral form, the momentum and the
+        bound eta < 2 / s_max(M) carry over; ``tol`` then compares ||W^1/2 r|| with
+        ||W^1/2 y|| and "auto" is 1 / s_max(M).
     verbose : int, default=0
 
     Returns
@@ -126,9 +144,14 @@ def gradient_descent_path(
         raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
     if method not in ("auto", "spectral", "iterative"):
         raise ValueError(f"method must be 'auto', 'spectral' or 'iterative', got {method!r}.")
+    if sample_weight is not None:
+        return _weighted_gradient_path(
+            K, y, sample_weight, learning_rate=learning_rate, max_iter=max_iter,
+            momentum=momentum, nesterov=nesterov, method=method, K_eval=K_eval,
+            callback=callback, record_path=record_path, tol=tol, eigh=eigh, verbose=verbose)
     n = Km.shape[0]
     if method == "auto":
-        method = "spectral" if (eigh is not None or (n <= SPECTRAL_MAX_N and Km.fits())) \
+        method = "spectral" if (eigh is not None or (n <= SPECTRAL_MAX_N and fits(Km))) \
             else "iterative"
     if method == "spectral":
         return _gd_spectral(Km, Y, Em, y, learning_rate, max_iter, float(momentum), nesterov,
@@ -158,12 +181,12 @@ def gradient_descent_path(
             V = alpha - alpha_prev
             look = R - gamma * (F - F_prev) if nesterov else R
             delta = gamma * V + eta * look
-        KD = Km.rmatmul(delta)
+        KD = batch_matmul(Km, delta)
         alpha_prev, F_prev = alpha, F
         alpha = alpha + delta
         F = F + KD
         if E is not None:
-            E = E + Em.rmatmul(delta)
+            E = E + batch_matmul(Em, delta)
         R = Y - F
         k += 1
         bar.update()
@@ -180,6 +203,44 @@ def gradient_descent_path(
     bar.close()
     return _path_result(alpha, R, E, y, k, eta, path, stopped)
 
+
+
+def _weighted_gradient_path(K, y: torch.Tensor, sample_weight: torch.Tensor, *, learning_rate,
+                            max_iter: int, momentum: float, nesterov: bool, method: str,
+                            K_eval, callback: Callback | None, record_path: bool, tol: float,
+                            eigh: tuple | None, verbose: int) -> PathResult:
+    """Weighted gradient descent as plain gradient descent on M = W^1/2 K W^1/2 with targets
+    W^1/2 y; alpha = W^1/2 beta (see :func:`gradient_descent_path`)."""
+    w = _sample_weight(sample_weight, K.shape[0], K.dtype, y.device)
+    assert w is not None
+    sq = w.sqrt()
+    M: torch.Tensor | LinearOperator
+    Ke: torch.Tensor | LinearOperator | None
+    if isinstance(K, torch.Tensor):
+        M = sq[:, None] * K * sq[None, :]
+        Ke = None if K_eval is None else path_operator(K_eval, "K_eval").to_dense() * sq[None, :]
+    else:  # matrix-free: the scaled operator, one product with K per step
+        M = ScaledOperator(K, left=sq, right=sq)
+        Ke = None if K_eval is None else ScaledOperator(K_eval, right=sq)
+        if learning_rate != "auto":
+            check_gradient_learning_rate(_check_eta(learning_rate),
+                                         _scaled_largest_eigenvalue(K, sq), momentum, nesterov)
+    cb = None
+    if callback is not None:
+        def cb(k, beta, resid, ev):
+            return callback(k, beta * sq, resid / sq, ev)
+    Y2 = y.reshape(y.shape[0], -1).to(K.dtype)
+    res = gradient_descent_path(M, (sq[:, None] * Y2).reshape(y.shape),
+                                learning_rate=learning_rate, max_iter=max_iter,
+                                momentum=momentum, nesterov=nesterov, method=method,
+                                K_eval=Ke, callback=cb, tol=tol, eigh=eigh,
+                                record_path=record_path, verbose=verbose)
+    scale = sq if y.ndim == 1 else sq[:, None]
+    return PathResult(alpha=res.alpha * scale, residual=res.residual / scale,
+                      n_iter=res.n_iter, learning_rate=res.learning_rate,
+                      path=None if res.path is None else res.path * scale,
+                      eval_predictions=res.eval_predictions,
+                      stopped_by_callback=res.stopped_by_callback)
 
 
 # ---- sign gradient descent ----
@@ -243,9 +304,9 @@ def sign_gradient_path(
     alpha = torch.zeros_like(Y)
     R = Y.clone()
     S = torch.sign(R)
-    Q = Km.rmatmul(S if w is None else S * w)  # K W sign(r), batch layout
+    Q = batch_matmul(Km, S if w is None else S * w)  # K W sign(r), batch layout
     E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
-    QE = None if Em is None else Em.rmatmul(S if w is None else S * w)
+    QE = None if Em is None else batch_matmul(Em, S if w is None else S * w)
     path = [alpha.clone()] if record_path else None
     stopped = callback is not None and bool(callback(0, alpha, R, E))
     y_norm = torch.linalg.vector_norm(Y if sq is None else sq * Y, dim=-1)
@@ -273,16 +334,16 @@ def sign_gradient_path(
         idx = torch.nonzero(changed).reshape(-1)
         if idx.numel():
             if not incremental or idx.numel() * 4 > n:
-                Q = Km.rmatmul(S_new if w is None else S_new * w)
+                Q = batch_matmul(Km, S_new if w is None else S_new * w)
                 if QE is not None:
-                    QE = Em.rmatmul(S_new if w is None else S_new * w)
+                    QE = batch_matmul(Em, S_new if w is None else S_new * w)
             else:
                 dS = (S_new - S)[:, idx]  # (B, |D|)
                 if w is not None:
                     dS = dS * w[idx]
-                Q = Q + dS @ Km.columns_t(idx, symmetric=True)
+                Q = Q + dS @ columns_t(Km, idx)
                 if QE is not None:
-                    QE = QE + dS @ Em.columns_t(idx)
+                    QE = QE + dS @ columns_t(Em, idx)
             S = S_new
         if _after_step(k, alpha, R, E, path, callback):
             stopped = True
@@ -335,10 +396,10 @@ def coordinate_descent_path(
     array([ 0.1, -0.8,  0. ])
     """
     Km, Y, Em = _prepare(K, y, K_eval)
-    if Km.op is not None:
-        Km = _Matrix(K, cache_columns=True)
-    if Em is not None and Em.op is not None:
-        Em = _Matrix(K_eval, "K_eval", cache_columns=True)
+    if dense_matrix(Km) is None:
+        Km = path_operator(K, cache_columns=True)
+    if Em is not None and dense_matrix(Em) is None:
+        Em = path_operator(K_eval, "K_eval", cache_columns=True)
     w = _sample_weight(sample_weight, Km.shape[0], Y.dtype, Y.device)
     eta = coordinate_learning_rate(K, y) if learning_rate == "auto" else \
         _check_eta(learning_rate)
@@ -368,9 +429,9 @@ def coordinate_descent_path(
             if int((a0 == top).sum()) == 1:
                 step = eta if float(R[0, m]) > 0 else -eta
                 alpha[0, m] += step
-                R[0].sub_(Km.column(m, symmetric=True), alpha=step)
+                R[0].sub_(column(Km, m), alpha=step)
                 if E is not None:
-                    E[0].add_(Em.column(m), alpha=step)
+                    E[0].add_(column(Em, m), alpha=step)
                 k += 1
                 bar.update()
                 if _after_step(k, alpha, R, E, path, callback):
@@ -383,9 +444,9 @@ def coordinate_descent_path(
         step = eta if w is None else eta * w[idx]
         delta = step * torch.sign(R[:, idx]) * mask[:, idx]  # (B, |D|)
         alpha[:, idx] += delta
-        R = R - delta @ Km.columns_t(idx, symmetric=True)
+        R = R - delta @ columns_t(Km, idx)
         if E is not None:
-            E = E + delta @ Em.columns_t(idx)
+            E = E + delta @ columns_t(Em, idx)
         k += 1
         bar.update()
         if _after_step(k, alpha, R, E, path, callback):

@@ -11,7 +11,8 @@ import torch
 
 from ...linalg import symmetric_eigh
 from ._common import DivergenceError, PathResult, _check_eta, _out
-from .rules import check_gradient_learning_rate
+from ._operator import batch_matmul
+from ._steps import check_gradient_learning_rate
 
 
 def _decay(x: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,7 +105,7 @@ def _gd_spectral(Km, Y, Em, y, learning_rate, max_iter, gamma, nesterov, callbac
         _check_eta(learning_rate)
     check_gradient_learning_rate(eta, s_max, gamma, nesterov)
     C = Y @ U  # (t, n) coordinates of y in the eigenbasis
-    EU = None if Em is None else Em.rmatmul(U.T)  # (n, m): row j = (K_eval u_j)^T
+    EU = None if Em is None else batch_matmul(Em, U.T)  # (n, m): row j = (K_eval u_j)^T
     y_norm = torch.linalg.vector_norm(Y, dim=-1)
 
     def materialise(coef):  # eigen-coefficients (..., t, n) of alpha -> alpha, residual, eval
