@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -61,10 +61,11 @@ from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .nystrom import (
     NystromPreconditioner,
     _kernel_blocks,
+    _nystrom_run,
+    _NystromRun,
+    _require_targets,
     _stored_block,
-    nystrom_kernel_cache,
     nystrom_preconditioner,
-    source_moments,
 )
 
 __all__ = ["LOSSES", "LossPass", "RobustSolution", "nystrom_loss_pass", "nystrom_robust"]
@@ -340,139 +341,213 @@ def nystrom_robust(
     True
     """
     get_residual_loss(loss)  # a ValueError naming the choices
-    if source.n_outputs == 0:
-        raise ValueError("the training source has no targets.")
-    C = centers.to(_F64)
-    M, t = C.shape[0], source.n_outputs
-    W, ysum, _ = moments if moments is not None else source_moments(source,
-                                                                     block_size=block_size)
-    if not W > 0:
-        raise ValueError("the total sample weight must be positive.")
-    lam = float(alpha) / W
-    if preconditioned:
-        coords = _PreconditionedCoordinates(
-            nystrom_preconditioner(kernel, C, max(lam, precond_lam), options=options), lam)
-    else:
-        L, _ = cholesky(KernelOperator(kernel, C, options=options).to_dense(), warn=False)
-        coords = _PlainCoordinates(L, lam)
-    kw = dict(dtype=dtype, options=options, block_size=block_size)
-    cache = val_cache = None
-    if store_kernel is not False:
-        frac = 1.0 if store_kernel else 0.5
-        cache = nystrom_kernel_cache(source, kernel, C, fraction=frac, **kw)
-        if cache is not None and validation is not None:
-            val_cache = nystrom_kernel_cache(validation, kernel, C, fraction=frac / 4, **kw)
-
-    theta = torch.zeros(M, t, dtype=_F64) if coef0 is None else coords.inverse(
+    _require_targets(source)
+    run = _nystrom_run(source, kernel, centers, alpha, moments=moments, validation=validation,
+                       store_kernel=store_kernel, dtype=dtype, options=options,
+                       block_size=block_size)
+    fn = _RobustObjective(run, _coordinates(run, preconditioned, precond_lam), loss,
+                          fit_intercept=fit_intercept, epsilon=epsilon, delta=delta)
+    M, t = run.M, run.t
+    theta = torch.zeros(M, t, dtype=_F64) if coef0 is None else fn.coords.inverse(
         coef0.to(_F64).reshape(M, t))
-    if intercept0 is not None:
-        b = intercept0.to(_F64).reshape(t).clone()
-    elif fit_intercept and loss == "squared":
-        b = ysum / W
-    elif fit_intercept:  # weighted median of y from the |y - 0| histogram is not signed: use a pass
-        b = _weighted_median(source, t, block_size)
-    else:
-        b = torch.zeros(t, dtype=_F64)
+    b = _initial_intercept(run, loss, fit_intercept, intercept0)
     b0 = b.clone()
     saved = checkpoint.load(theta.device) if checkpoint is not None else None
-
-    def evaluate(theta, b, delta_):
-        p = nystrom_loss_pass(source, kernel, C, coords.apply(theta), b, loss, delta=delta_,
-                              cache=cache, **kw)
-        pen, pen_grad = coords.penalty(theta)
-        obj = p.loss_sum / W + pen
-        g = -coords.apply_t(p.grad / W) + pen_grad
-        gb = -p.psi_sum / W if fit_intercept else torch.zeros(t, dtype=_F64)
-        return obj, g, gb, p
-
-    def val_loss(theta, b, delta_):
-        p = nystrom_loss_pass(validation, kernel, C, coords.apply(theta), b, loss, delta=delta_,
-                              with_grad=False, cache=val_cache, **kw)
-        return float((p.loss_sum / max(p.weight, 1e-300)).mean())
-
-    # Initial scale: robust scale of y - b for the absolute step and the Huber threshold.
-    p0 = nystrom_loss_pass(source, kernel, C, coords.apply(theta), b, "absolute", with_grad=False,
-                           cache=cache, **kw)
-    scale = float(1.4826 * _median_abs(p0.hist).max())
-    scale = scale if scale > 0 else 1.0
-    delta_ = float(delta) if delta is not None else (epsilon * scale if loss == "huber" else None)
-    auto = learning_rate == "auto"
-    eta = (0.5 * scale if loss == "absolute" else 1.0) if auto else float(learning_rate)
-
-    obj, g, gb, p = evaluate(theta, b, delta_)
-    objective = [float(obj.sum())]
-    vals: list[float] = []
-    best = {"theta": theta.clone(), "b": b.clone()}
-    monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
-    if validation is not None:
-        vals.append(val_loss(theta, b, delta_))
-        monitor.update(0, vals[-1])
-    converged = early = False
-    k = 0
-    rels: list[float] = []  # mean decreases per step, for the bar's one estimate of steps left
+    it = _start(fn, theta, b, learning_rate=learning_rate, n_iter_no_change=n_iter_no_change)
     if saved is not None:
-        theta, b, obj, g, gb = (saved[key] for key in ("theta", "b", "obj", "g", "gb"))
-        eta, delta_, k = saved["eta"], saved["delta"], saved["k"]
-        objective, vals, rels = saved["objective"], saved["vals"], saved["rels"]
-        best.update(saved["best"])
-        restore_monitor(monitor, saved["monitor"])
-
-    def snapshot():
-        return {"theta": theta, "b": b, "obj": obj, "g": g, "gb": gb, "eta": eta,
-                "delta": delta_, "k": k, "objective": objective, "vals": vals, "rels": rels,
-                "best": best, "monitor": monitor_state(monitor)}
-    with progress(total=max_iter, desc=f"Nystrom {loss}", verbose=verbose,
-                  upper_bound=True) as bar:
-        while k < max_iter:
-            new_theta, new_b = theta - eta * g, b - eta * gb
-            new_obj, new_g, new_gb, p = evaluate(new_theta, new_b, delta_)
-            if auto and float(new_obj.sum()) > objective[-1] and eta > 1e-12 * scale:
-                eta *= 0.5  # undo: the objective went up
-                continue
-            k += 1
-            bar.update()
-            # decrease relative to the starting objective: an exact fit (objective -> 0) stops
-            rel = (objective[-1] - float(new_obj.sum())) / max(abs(objective[0]), 1e-300)
-            theta, b, obj, g, gb = new_theta, new_b, new_obj, new_g, new_gb
-            objective.append(float(obj.sum()))
-            if auto and not bar.disable and len(objective) > _SMOOTH:
-                # steps until the decrease per step, averaged over the last _SMOOTH (a single
-                # step's is noisy), falls below tol at its recent rate
-                rels.append(max(objective[-1 - _SMOOTH] - objective[-1], 0.0)
-                            / (_SMOOTH * max(abs(objective[0]), 1e-300)))
-                bar.set_total(k + steps_to_reach(rels, tol, cap=max_iter - k, window=_SMOOTH))
-            if not math.isfinite(objective[-1]):
-                raise DivergenceError("Nyström gradient descent diverged; lower learning_rate.")
-            if loss == "huber" and delta is None and k in _RESCALE_AT:
-                delta_ = float(epsilon * 1.4826 * _median_abs(p.hist).max()) or delta_
-                obj, g, gb, p = evaluate(theta, b, delta_)
-                objective[-1] = float(obj.sum())
-            if validation is not None:
-                vals.append(val_loss(theta, b, delta_))
-                stop = monitor.update(k, vals[-1])
-                if monitor.best_iteration == k:
-                    best.update(theta=theta.clone(), b=b.clone())
-                if stop:
-                    early = True
-                    break
-            if callback is not None and callback(k, coords.apply(theta), b):
-                break
-            if auto and (0 <= rel < tol or eta < tol * scale):
-                converged = True
-                break
-            if checkpoint is not None:
-                checkpoint.maybe_save(snapshot)
-    if validation is not None:
-        theta, b = best["theta"], best["b"]
-    coef = coords.apply(theta)
+        it.restore(saved)
+    _descend(fn, it, max_iter=max_iter, tol=tol, callback=callback, checkpoint=checkpoint,
+             verbose=verbose)
+    theta, b = (it.best["theta"], it.best["b"]) if validation is not None else (it.theta, it.b)
+    coef = fn.coords.apply(theta)
     if not (torch.isfinite(coef).all() and torch.isfinite(b).all()):
         raise DivergenceError("Nyström gradient descent produced non-finite coefficients.")
     if not fit_intercept:
         b = b0 * 0
-    return RobustSolution(coef=coef, intercept=b, n_iter=k, converged=converged,
-                          objective=objective, validation_loss=vals,
-                          best_iter=monitor.best_iteration if validation is not None else k,
-                          learning_rate=eta, delta=delta_, stopped_early=early)
+    return RobustSolution(coef=coef, intercept=b, n_iter=it.k, converged=it.converged,
+                          objective=it.objective, validation_loss=it.vals,
+                          best_iter=it.monitor.best_iteration if validation is not None else it.k,
+                          learning_rate=it.eta, delta=it.delta, stopped_early=it.early)
+
+
+# ---- the stages of the descent ------------------------------------------------------------------
+def _coordinates(run: _NystromRun, preconditioned: bool, precond_lam: float
+                 ) -> _PlainCoordinates:
+    """The coordinates of the descent: Falkon's preconditioner (lambda floored at
+    ``precond_lam``) or the Nyström features (K_MM's Cholesky factor)."""
+    lam = run.lam
+    if preconditioned:
+        return _PreconditionedCoordinates(
+            nystrom_preconditioner(run.kernel, run.C, max(lam, precond_lam),
+                                   options=run.options), lam)
+    L, _ = cholesky(KernelOperator(run.kernel, run.C, options=run.options).to_dense(),
+                    warn=False)
+    return _PlainCoordinates(L, lam)
+
+
+def _initial_intercept(run: _NystromRun, loss: str, fit_intercept: bool,
+                       intercept0: torch.Tensor | None) -> torch.Tensor:  # shape: (t,)
+    """``intercept0``, else the weighted mean (squared loss) or median of y, else 0."""
+    t = run.t
+    if intercept0 is not None:
+        return intercept0.to(_F64).reshape(t).clone()
+    if fit_intercept and loss == "squared":
+        return run.ysum / run.W
+    if fit_intercept:  # the |y - 0| histogram is not signed: the median takes its own pass
+        return _weighted_median(run.source, t, run.block_size)
+    return torch.zeros(t, dtype=_F64)
+
+
+class _RobustObjective:
+    """The objective (1) in the descent's coordinates: its value and gradient from one pass
+    over the training rows, the mean loss on the validation rows, the loss's settings."""
+
+    def __init__(self, run: _NystromRun, coords: _PlainCoordinates, loss: str, *,
+                 fit_intercept: bool, epsilon: float, delta: float | None):
+        self.run, self.coords, self.loss = run, coords, loss
+        self.fit_intercept, self.epsilon, self.delta = fit_intercept, epsilon, delta
+
+    def loss_pass(self, source: DataSource, theta: torch.Tensor, b: torch.Tensor, loss: str,
+                  delta: float | None, *, cache, with_grad: bool = True) -> LossPass:
+        run = self.run
+        return nystrom_loss_pass(source, run.kernel, run.C, self.coords.apply(theta), b, loss,
+                                 delta=delta, with_grad=with_grad, dtype=run.dtype,
+                                 options=run.options, block_size=run.block_size, cache=cache)
+
+    def evaluate(self, theta: torch.Tensor, b: torch.Tensor, delta: float | None):
+        """(objective (t,), gradient in theta, gradient in b, the pass's sums)."""
+        run = self.run
+        p = self.loss_pass(run.source, theta, b, self.loss, delta, cache=run.cache)
+        pen, pen_grad = self.coords.penalty(theta)
+        obj = p.loss_sum / run.W + pen
+        g = -self.coords.apply_t(p.grad / run.W) + pen_grad
+        gb = -p.psi_sum / run.W if self.fit_intercept else torch.zeros(run.t, dtype=_F64)
+        return obj, g, gb, p
+
+    def val_loss(self, theta: torch.Tensor, b: torch.Tensor, delta: float | None) -> float:
+        """Mean loss on the validation rows."""
+        run = self.run
+        if run.validation is None:
+            raise ValueError("no validation rows to measure the loss on.")
+        p = self.loss_pass(run.validation, theta, b, self.loss, delta, cache=run.val_cache,
+                           with_grad=False)
+        return float((p.loss_sum / max(p.weight, 1e-300)).mean())
+
+
+@dataclass
+class _Descent:
+    """The state of the descent: what a checkpoint holds (:meth:`snapshot`), the scale of y
+    that sizes the adaptive step, and how the run stopped."""
+
+    theta: torch.Tensor
+    b: torch.Tensor
+    obj: torch.Tensor
+    g: torch.Tensor
+    gb: torch.Tensor
+    eta: float
+    delta: float | None
+    scale: float
+    auto: bool
+    monitor: EarlyStopping
+    objective: list[float]
+    best: dict[str, torch.Tensor]
+    vals: list[float] = field(default_factory=list)
+    rels: list[float] = field(default_factory=list)  # mean decreases per step (progress)
+    k: int = 0
+    converged: bool = False
+    early: bool = False
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"theta": self.theta, "b": self.b, "obj": self.obj, "g": self.g, "gb": self.gb,
+                "eta": self.eta, "delta": self.delta, "k": self.k, "objective": self.objective,
+                "vals": self.vals, "rels": self.rels, "best": self.best,
+                "monitor": monitor_state(self.monitor)}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        self.theta, self.b, self.obj, self.g, self.gb = (
+            saved[key] for key in ("theta", "b", "obj", "g", "gb"))
+        self.eta, self.delta, self.k = saved["eta"], saved["delta"], saved["k"]
+        self.objective, self.vals, self.rels = saved["objective"], saved["vals"], saved["rels"]
+        self.best.update(saved["best"])
+        restore_monitor(self.monitor, saved["monitor"])
+
+
+def _start(fn: _RobustObjective, theta: torch.Tensor, b: torch.Tensor, *,
+           learning_rate: float | str, n_iter_no_change: int) -> _Descent:
+    """The robust scale of y - b (one pass: the absolute loss's first step and the Huber
+    threshold), the first step size, and the objective (and validation loss) at the start."""
+    run, loss = fn.run, fn.loss
+    p0 = fn.loss_pass(run.source, theta, b, "absolute", None, cache=run.cache, with_grad=False)
+    scale = float(1.4826 * _median_abs(p0.hist).max())
+    scale = scale if scale > 0 else 1.0
+    delta = float(fn.delta) if fn.delta is not None else (
+        fn.epsilon * scale if loss == "huber" else None)
+    auto = learning_rate == "auto"
+    eta = (0.5 * scale if loss == "absolute" else 1.0) if auto else float(learning_rate)
+    obj, g, gb, _ = fn.evaluate(theta, b, delta)
+    it = _Descent(theta=theta, b=b, obj=obj, g=g, gb=gb, eta=eta, delta=delta, scale=scale,
+                  auto=auto, monitor=EarlyStopping(n_iter_no_change=n_iter_no_change),
+                  objective=[float(obj.sum())], best={"theta": theta.clone(), "b": b.clone()})
+    if run.validation is not None:
+        it.vals.append(fn.val_loss(theta, b, delta))
+        it.monitor.update(0, it.vals[-1])
+    return it
+
+
+def _descend(fn: _RobustObjective, it: _Descent, *, max_iter: int, tol: float, callback,
+             checkpoint: Checkpoint | None, verbose: int) -> None:
+    """Gradient steps until ``max_iter`` or a stopping rule (:func:`_stops`); the adaptive step
+    halves, and the step is undone, whenever the objective increases."""
+    with progress(total=max_iter, desc=f"Nystrom {fn.loss}", verbose=verbose,
+                  upper_bound=True) as bar:
+        while it.k < max_iter:
+            new_theta, new_b = it.theta - it.eta * it.g, it.b - it.eta * it.gb
+            new_obj, new_g, new_gb, p = fn.evaluate(new_theta, new_b, it.delta)
+            if it.auto and float(new_obj.sum()) > it.objective[-1] and it.eta > 1e-12 * it.scale:
+                it.eta *= 0.5  # undo: the objective went up
+                continue
+            it.k += 1
+            bar.update()
+            # decrease relative to the starting objective: an exact fit (objective -> 0) stops
+            rel = (it.objective[-1] - float(new_obj.sum())) / max(abs(it.objective[0]), 1e-300)
+            it.theta, it.b, it.obj, it.g, it.gb = new_theta, new_b, new_obj, new_g, new_gb
+            it.objective.append(float(it.obj.sum()))
+            if it.auto and not bar.disable and len(it.objective) > _SMOOTH:
+                # steps until the decrease per step, averaged over the last _SMOOTH (a single
+                # step's is noisy), falls below tol at its recent rate
+                it.rels.append(max(it.objective[-1 - _SMOOTH] - it.objective[-1], 0.0)
+                               / (_SMOOTH * max(abs(it.objective[0]), 1e-300)))
+                bar.set_total(it.k + steps_to_reach(it.rels, tol, cap=max_iter - it.k,
+                                                    window=_SMOOTH))
+            if not math.isfinite(it.objective[-1]):
+                raise DivergenceError("Nyström gradient descent diverged; lower learning_rate.")
+            if fn.loss == "huber" and fn.delta is None and it.k in _RESCALE_AT:
+                it.delta = float(fn.epsilon * 1.4826 * _median_abs(p.hist).max()) or it.delta
+                it.obj, it.g, it.gb, p = fn.evaluate(it.theta, it.b, it.delta)
+                it.objective[-1] = float(it.obj.sum())
+            if _stops(fn, it, rel, tol, callback):
+                break
+            if checkpoint is not None:
+                checkpoint.maybe_save(it.snapshot)
+
+
+def _stops(fn: _RobustObjective, it: _Descent, rel: float, tol: float, callback) -> bool:
+    """After step ``it.k``: validation early stopping (the best iterate kept), the user's
+    callback, and (adaptive steps) a relative decrease below ``tol`` or a vanishing step."""
+    if fn.run.validation is not None:
+        it.vals.append(fn.val_loss(it.theta, it.b, it.delta))
+        stop = it.monitor.update(it.k, it.vals[-1])
+        if it.monitor.best_iteration == it.k:
+            it.best.update(theta=it.theta.clone(), b=it.b.clone())
+        if stop:
+            it.early = True
+            return True
+    if callback is not None and callback(it.k, fn.coords.apply(it.theta), it.b):
+        return True
+    if it.auto and (0 <= rel < tol or it.eta < tol * it.scale):
+        it.converged = True
+        return True
+    return False
 
 
 def _weighted_median(source: DataSource, t: int, block_size) -> torch.Tensor:
@@ -481,6 +556,8 @@ def _weighted_median(source: DataSource, t: int, block_size) -> torch.Tensor:
     neg = torch.zeros_like(pos)
     for blk in source.iter_blocks(block_size or 65536, dtype=_F64):
         y = blk.y
+        if y is None:
+            raise ValueError("the training source has no targets.")
         w = torch.ones(y.shape[0], dtype=_F64) if blk.sample_weight is None else blk.sample_weight
         ww = w.reshape(-1, 1).expand_as(y)
         idx = torch.bucketize(y.abs().T.contiguous(), _EDGES)
