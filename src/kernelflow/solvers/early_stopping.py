@@ -140,7 +140,7 @@ def _elementwise_loss(diff: torch.Tensor, y_val: torch.Tensor, loss: str) -> tor
     return lf.error(diff, _huber_epsilon(y_val) if lf.needs_threshold else None)
 
 
-def weighted_path(path_function: Callable | PathRule, K, y: torch.Tensor,
+def weighted_path(path_function: Callable | PathRule | str, K, y: torch.Tensor,
                   sample_weight: torch.Tensor, **kwargs: Any) -> PathResult:
     """Deprecated: a path with positive sample weights is
     :func:`~kernelflow.solvers.paths.driver.run_path` with ``sample_weight``.
@@ -170,7 +170,7 @@ def weighted_path(path_function: Callable | PathRule, K, y: torch.Tensor,
     return run_path(rule, K, y, sample_weight=sample_weight, **kwargs)
 
 
-def early_stopped_path(path_function: Callable, K_train, y_train: torch.Tensor, K_val,
+def early_stopped_path(path_function: Callable | PathRule | str, K_train, y_train: torch.Tensor, K_val,
                        y_val: torch.Tensor, *, n_iter_no_change: int = 100, tol: float = 0.0,
                        sample_weight: torch.Tensor | None = None,
                        validation_weight: torch.Tensor | None = None,
@@ -352,7 +352,7 @@ class PathFit:
     validation_indices: np.ndarray | None = None
 
 
-def fit_path(path_function: Callable, kernel, X: torch.Tensor, y: torch.Tensor, *,
+def fit_path(path_function: Callable | PathRule | str, kernel, X: torch.Tensor, y: torch.Tensor, *,
              learning_rate="auto", max_iter: int = 1000, early_stopping: bool = True,
              validation_fraction: float = 0.1, n_iter_no_change: int = 100, tol: float = 0.0,
              random_state=None, options: Options | None = None, verbose: int = 0,

@@ -518,6 +518,7 @@ def _run_native(rule: PathRule, K_all, y, train, weights, ids_all, eta, max_iter
                 validation_loss, eps, out: _Scores, bar) -> None:
     """The problems of a group of bandwidths in the rule's compiled loop."""
     G, (F, n) = ids_all.numel(), train.shape
+    assert rule.native is not None  # declared with the "native" backend
     # one compiled call for the group; with a bar, calls of a few bandwidths each
     # (enough problems for every thread) so that it can advance between them
     per_call = G if bar.disable else max(1, -(-4 * torch.get_num_threads() // F))

@@ -320,12 +320,13 @@ def sign_gradient_path(
         if w is None:  # in place
             alpha = alpha.add_(S, alpha=eta) if path is None else alpha + eta * S
             R.sub_(Q, alpha=eta)
-            if E is not None:
+            if E is not None and QE is not None:
                 E.add_(QE, alpha=eta)
         else:
+            assert ew is not None
             alpha = alpha + ew * S
             R = R - eta * Q
-            if E is not None:
+            if E is not None and QE is not None:
                 E = E + eta * QE
         k += 1
         bar.update()
@@ -441,8 +442,8 @@ def coordinate_descent_path(
         if moves is None:  # residual exactly zero (or below tol): the path has stopped
             break
         mask, idx = moves
-        step = eta if w is None else eta * w[idx]
-        delta = step * torch.sign(R[:, idx]) * mask[:, idx]  # (B, |D|)
+        step_m = eta if w is None else eta * w[idx]
+        delta = step_m * torch.sign(R[:, idx]) * mask[:, idx]  # (B, |D|)
         alpha[:, idx] += delta
         R = R - delta @ columns_t(Km, idx)
         if E is not None:
