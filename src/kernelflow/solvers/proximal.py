@@ -21,6 +21,7 @@ products.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import warnings
@@ -63,6 +64,94 @@ class ProximalResult:
     converged: bool
     kkt_residual: float
     learning_rate: float
+
+
+@dataclass
+class _FistaBatch:
+    """The problems of a :func:`fista` batch still running: their rows in the batch, iterates
+    (X, K X), extrapolated points (Z, K Z), momentum t, settings and stall marks."""
+
+    rows: torch.Tensor  # (b,) indices in the batch
+    X: torch.Tensor  # (b, n)
+    KX: torch.Tensor  # (b, n)
+    Z: torch.Tensor  # (b, n)
+    KZ: torch.Tensor  # (b, n)
+    t: torch.Tensor  # (b, 1)
+    lam: torch.Tensor  # (b, 1)
+    eta: torch.Tensor  # (b, 1)
+    scale: torch.Tensor  # (b,) max|y_b|
+    Y: torch.Tensor  # (b, n)
+    limit: torch.Tensor  # (b,) residual norm taken as divergence
+    mark: torch.Tensor  # (b,) KKT level to halve
+    mark_it: torch.Tensor  # (b,) iteration it was set
+
+    def keep(self, keep: torch.Tensor) -> None:
+        """Keep only the problems where ``keep`` is True."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name)[keep])
+
+    def kkt(self, penalty: str, X: torch.Tensor, KX: torch.Tensor) -> torch.Tensor:
+        """max |G(x_b)| / max|y_b|, G the gradient mapping at X (with its product KX)."""
+        G = (X - prox(penalty, X - self.eta * (KX - self.Y), self.eta * self.lam)) / self.eta
+        return G.abs().amax(dim=-1) / self.scale
+
+
+def _finished(b: _FistaBatch, penalty: str, tol: float, stall_iter: int | None, it: int,
+              max_iter: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(done, KKT residual) of every running problem: converged, stalled (the residual has not
+    halved in ``stall_iter`` iterations) or out of iterations."""
+    kkt = b.kkt(penalty, b.X, b.KX)
+    done = kkt <= tol
+    if stall_iter is not None:
+        better = kkt <= 0.5 * b.mark
+        b.mark = torch.where(better, kkt, b.mark)
+        b.mark_it = torch.where(better, torch.full_like(b.mark_it, it), b.mark_it)
+        done = done | (it - b.mark_it > stall_iter)
+    if it >= max_iter:
+        done = torch.ones_like(done)
+    return done, kkt
+
+
+def _polished(b: _FistaBatch, polish, matvec, penalty: str, tol: float) -> bool:
+    """Replace the iterates by the polished candidates that meet the KKT tolerance; whether
+    any did."""
+    P = polish(b.X, b.rows)
+    if P is None:
+        return False
+    KP = matvec(P, b.rows)
+    good = (b.kkt(penalty, P, KP) <= tol) & torch.isfinite(P).all(dim=-1)
+    if not bool(good.any()):
+        return False
+    b.X = torch.where(good[:, None], P, b.X)
+    b.KX = torch.where(good[:, None], KP, b.KX)
+    return True
+
+
+def _advance(b: _FistaBatch, matvec, penalty: str, it: int, accelerated: bool,
+             restart: bool) -> None:
+    """One proximal step from the extrapolated point (one product with K), then the momentum
+    (reset where the step goes against the last one, when ``restart``)."""
+    Xn = prox(penalty, b.Z - b.eta * (b.KZ - b.Y), b.eta * b.lam)
+    KXn = matvec(Xn, b.rows)
+    rn = torch.linalg.vector_norm(b.Y - KXn, dim=-1)
+    if not bool(torch.isfinite(rn).all()) or bool((rn > b.limit).any()):
+        raise DivergenceError(
+            f"proximal gradient diverged at iteration {it}: the residual norm reached "
+            f"{float(rn.max()):.4g}; the step must satisfy learning_rate <= 1 / s_max(K)."
+        )
+    if accelerated:
+        tn = 0.5 * (1.0 + torch.sqrt(1.0 + 4.0 * b.t * b.t))
+        beta = (b.t - 1.0) / tn
+        if restart:
+            bad = ((b.Z - Xn) * (Xn - b.X)).sum(dim=-1, keepdim=True) > 0
+            beta = torch.where(bad, torch.zeros_like(beta), beta)
+            tn = torch.where(bad, torch.ones_like(tn), tn)
+        b.Z = Xn + beta * (Xn - b.X)
+        b.KZ = KXn + beta * (KXn - b.KX)
+        b.t = tn
+    else:
+        b.Z, b.KZ = Xn, KXn
+    b.X, b.KX = Xn, KXn
 
 
 def fista(matvec: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], Y: torch.Tensor, lam,
@@ -141,77 +230,35 @@ def fista(matvec: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], Y: torch
     r0 = torch.linalg.vector_norm(Y - KX_out, dim=-1)
     limit_all = 1e8 * (r0 + torch.linalg.vector_norm(Y, dim=-1)) + 1e-12
 
-    rows = torch.arange(B, device=dev)
     X, KX = X_out.clone(), KX_out.clone()
-    Z, KZ = X, KX
-    t = torch.ones(B, 1, dtype=dt, device=dev)
-    lam_a, eta_a, scale, Ya, limit = lam_all, eta_all, scale_all, Y, limit_all
+    b = _FistaBatch(rows=torch.arange(B, device=dev), X=X, KX=KX, Z=X, KZ=KX,
+                    t=torch.ones(B, 1, dtype=dt, device=dev), lam=lam_all, eta=eta_all,
+                    scale=scale_all, Y=Y, limit=limit_all,
+                    mark=torch.full((B,), math.inf, dtype=dt, device=dev),
+                    mark_it=torch.zeros(B, dtype=torch.long, device=dev))
     it = 0
     polished_at = 0
-    mark = torch.full((B,), math.inf, dtype=dt, device=dev)  # KKT level to halve
-    mark_it = torch.zeros(B, dtype=torch.long, device=dev)
     while True:
         # KKT residual (gradient mapping) at the current iterate: no extra product, one prox;
         # checked every few iterations since the prox costs as much as the step itself.
         if it % 5 == 0 or it >= max_iter:
-            G = (X - prox(penalty, X - eta_a * (KX - Ya), eta_a * lam_a)) / eta_a
-            kkt = G.abs().amax(dim=-1) / scale
-            done = kkt <= tol
-            if stall_iter is not None:
-                better = kkt <= 0.5 * mark
-                mark = torch.where(better, kkt, mark)
-                mark_it = torch.where(better, torch.full_like(mark_it, it), mark_it)
-                done = done | (it - mark_it > stall_iter)
-            if it >= max_iter:
-                done = torch.ones_like(done)
-        else:
-            done = None
-        if done is not None and bool(done.any()):
-            idx = rows[done]
-            X_out[idx], KX_out[idx] = X[done], KX[done]
-            kkt_out[idx.cpu()] = kkt[done].to(torch.float64).cpu()
-            converged[idx.cpu()] = (kkt[done] <= tol).cpu()
-            n_iter[idx.cpu()] = it
-            keep = ~done
-            if not bool(keep.any()):
-                break
-            rows, X, KX, Z, KZ, t = rows[keep], X[keep], KX[keep], Z[keep], KZ[keep], t[keep]
-            mark, mark_it = mark[keep], mark_it[keep]
-            lam_a, eta_a, scale = lam_a[keep], eta_a[keep], scale[keep]
-            Ya, limit = Ya[keep], limit[keep]
+            done, kkt = _finished(b, penalty, tol, stall_iter, it, max_iter)
+            if bool(done.any()):
+                idx = b.rows[done]
+                X_out[idx], KX_out[idx] = b.X[done], b.KX[done]
+                kkt_out[idx.cpu()] = kkt[done].to(torch.float64).cpu()
+                converged[idx.cpu()] = (kkt[done] <= tol).cpu()
+                n_iter[idx.cpu()] = it
+                keep = ~done
+                if not bool(keep.any()):
+                    break
+                b.keep(keep)
         if polish is not None and it > polished_at and it % polish_every == 0:
             polished_at = it
-            P = polish(X, rows)
-            if P is not None:
-                KP = matvec(P, rows)
-                GP = (P - prox(penalty, P - eta_a * (KP - Ya), eta_a * lam_a)) / eta_a
-                good = (GP.abs().amax(dim=-1) / scale <= tol) & torch.isfinite(P).all(dim=-1)
-                if bool(good.any()):
-                    X = torch.where(good[:, None], P, X)
-                    KX = torch.where(good[:, None], KP, KX)
-                    continue  # the KKT check at the top of the loop retires them
-        Xn = prox(penalty, Z - eta_a * (KZ - Ya), eta_a * lam_a)
-        KXn = matvec(Xn, rows)
+            if _polished(b, polish, matvec, penalty, tol):
+                continue  # the KKT check at the top of the loop retires them
         it += 1
-        rn = torch.linalg.vector_norm(Ya - KXn, dim=-1)
-        if not bool(torch.isfinite(rn).all()) or bool((rn > limit).any()):
-            raise DivergenceError(
-                f"proximal gradient diverged at iteration {it}: the residual norm reached "
-                f"{float(rn.max()):.4g}; the step must satisfy learning_rate <= 1 / s_max(K)."
-            )
-        if accelerated:
-            tn = 0.5 * (1.0 + torch.sqrt(1.0 + 4.0 * t * t))
-            beta = (t - 1.0) / tn
-            if restart:
-                bad = ((Z - Xn) * (Xn - X)).sum(dim=-1, keepdim=True) > 0
-                beta = torch.where(bad, torch.zeros_like(beta), beta)
-                tn = torch.where(bad, torch.ones_like(tn), tn)
-            Z = Xn + beta * (Xn - X)
-            KZ = KXn + beta * (KXn - KX)
-            t = tn
-        else:
-            Z, KZ = Xn, KXn
-        X, KX = Xn, KXn
+        _advance(b, matvec, penalty, it, accelerated, restart)
     return X_out, KX_out, n_iter, converged, kkt_out
 
 
