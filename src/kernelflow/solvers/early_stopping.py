@@ -170,8 +170,9 @@ def weighted_path(path_function: Callable | PathRule | str, K, y: torch.Tensor,
     return run_path(rule, K, y, sample_weight=sample_weight, **kwargs)
 
 
-def early_stopped_path(path_function: Callable | PathRule | str, K_train, y_train: torch.Tensor, K_val,
-                       y_val: torch.Tensor, *, n_iter_no_change: int = 100, tol: float = 0.0,
+def early_stopped_path(path_function: Callable | PathRule | str, K_train,
+                       y_train: torch.Tensor, K_val, y_val: torch.Tensor, *,
+                       n_iter_no_change: int = 100, tol: float = 0.0,
                        sample_weight: torch.Tensor | None = None,
                        validation_weight: torch.Tensor | None = None,
                        validation_loss: str = "squared",
