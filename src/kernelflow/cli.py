@@ -1049,9 +1049,9 @@ def _describe(name: str, estimators: Sequence[BaseEstimator]) -> tuple[str, str,
     return kernel, "-" if sig is None else f"{sig:.3g}", pen
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    import numpy as np
-
+def _compared_models(args: argparse.Namespace) -> tuple[list, dict, dict]:
+    """(names, classes, parameters by model) of ``compare``, every name and parameter checked
+    before any fitting."""
     from kernelflow.registry import get_estimator_class
 
     names = []
@@ -1072,6 +1072,46 @@ def cmd_compare(args: argparse.Namespace) -> int:
     scoped = parse_params(args.param, models=set(names))
     for name in names:  # unknown or invalid parameters, before any fitting
         build_model(name, dict(scoped.get(name, {})), scale=False)
+    return names, classes, scoped
+
+
+def _compare_one(name: str, cls, args: argparse.Namespace, scoped: dict, shared: tuple,
+                 X, y, scoring: list, stages) -> tuple[list, float, float, float]:
+    """Cross-validate one model of ``compare`` on the shared setting ``(kernel, sigma,
+    alpha)``; returns its table row, mean score, score spread and mean fit time (a failing
+    model gets a row saying so)."""
+    import numpy as np
+
+    kernel, sigma, alpha = shared
+    valid = set(cls().get_params(deep=False))
+    params = _configure(name, cls, kernel, sigma, alpha)
+    if "random_state" in valid:  # reproducible rows (landmarks, validation splits)
+        params["random_state"] = args.seed
+    params.update({k: v for k, v in scoped.get(None, {}).items() if k in valid})
+    params.update(scoped.get(name, {}))
+    model = build_model(name, params, scale=not args.no_scale, verbose=args.verbose,
+                        center_target=True)
+    try:
+        res = _cross_validate(model, X, y, args.cv, scoring, args.seed,
+                              repeats=args.repeats, stages=stages, label=f"{name} ")
+    except CLIError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one failing model must not hide the others
+        row = ([name, "-", "-", "failed: " + _one_line(exc)[:60]]
+               + [""] * len(scoring) + ["", ""])
+        return row, float("nan"), 0.0, float("nan")
+    vals = [_score_sign(s) * np.asarray(res[f"test_{s}"]) for s in scoring]
+    fit_t = float(np.mean(res["fit_time"]))
+    failed = res["converged"].count(False)
+    n_fits = args.cv * args.repeats
+    row = ([name, *_describe(name, res["estimator"])]
+           + [f"{v.mean():.4f} +- {_sd(v):.4f}" for v in vals]
+           + [format_seconds(fit_t), f"no ({failed}/{n_fits} fits)" if failed else "yes"])
+    return row, float(vals[0].mean()), _sd(vals[0]), fit_t
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    names, classes, scoped = _compared_models(args)
     classifier = _is_classifier(classes[names[0]]())
     stages = _stages(args)
     X, y = _read_xy(args, labels=classifier)
@@ -1081,35 +1121,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
     n_fits = args.cv * args.repeats
     rows, scores, spreads, times = [], [], [], []
     for name in names:
-        cls = classes[name]
-        valid = set(cls().get_params(deep=False))
-        params = _configure(name, cls, kernel, sigma, alpha)
-        if "random_state" in valid:  # reproducible rows (landmarks, validation splits)
-            params["random_state"] = args.seed
-        params.update({k: v for k, v in scoped.get(None, {}).items() if k in valid})
-        params.update(scoped.get(name, {}))
-        model = build_model(name, params, scale=not args.no_scale, verbose=args.verbose,
-                            center_target=True)
-        try:
-            res = _cross_validate(model, X, y, args.cv, scoring, args.seed,
-                                  repeats=args.repeats, stages=stages, label=f"{name} ")
-        except CLIError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one failing model must not hide the others
-            rows.append([name, "-", "-", "failed: " + _one_line(exc)[:60]]
-                        + [""] * len(scoring) + ["", ""])
-            scores.append(float("nan"))
-            spreads.append(0.0)
-            times.append(float("nan"))
-            continue
-        vals = [_score_sign(s) * np.asarray(res[f"test_{s}"]) for s in scoring]
-        fit_t = float(np.mean(res["fit_time"]))
-        failed = res["converged"].count(False)
-        rows.append([name, *_describe(name, res["estimator"])]
-                    + [f"{v.mean():.4f} +- {_sd(v):.4f}" for v in vals]
-                    + [format_seconds(fit_t), f"no ({failed}/{n_fits} fits)" if failed else "yes"])
-        scores.append(float(vals[0].mean()))
-        spreads.append(_sd(vals[0]))
+        row, score, spread, fit_t = _compare_one(name, classes[name], args, scoped,
+                                                 (kernel, sigma, alpha), X, y, scoring, stages)
+        rows.append(row)
+        scores.append(score)
+        spreads.append(spread)
         times.append(fit_t)
     folds = (f"{args.cv}-fold cross-validation" if args.repeats == 1 else
              f"{args.cv}-fold cross-validation repeated with {args.repeats} seeds")
