@@ -28,6 +28,14 @@ whose tiles respect the memory budget, so K_nM never exists unless it takes at m
 budget (then it is computed once and stored, as Falkon does). Every sum over rows goes through
 :func:`kernelflow.collectives.all_reduce_sum`, so a process holding a shard of the rows runs
 the same code data-parallel. Cost per iteration O(n M (d + 2t)); setup O(M^3 + n t).
+
+:func:`nystrom_krr` runs in stages: :func:`_nystrom_run` resolves the inputs (the moments of the
+rows, unless given, and the stored kernel blocks; :mod:`~kernelflow.solvers.nystrom_eigen_cg` and
+:mod:`~kernelflow.solvers.nystrom_robust` start with it too), then either :func:`_solve_direct`
+(the Gram pass and dense solve, its residual check and fallbacks; the dense algebra is in
+:mod:`kernelflow.solvers._nystrom_direct`) or CG on :func:`_cg_system`, watched by
+:class:`_CGMonitor` (stopping rules, progress, validation, checkpoints), ending in
+:func:`_cg_solution`.
 """
 
 from __future__ import annotations
