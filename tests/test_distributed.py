@@ -233,11 +233,12 @@ def test_shapes_disagreeing_across_processes_raise_everywhere(two_process):
 
 
 class _DyingSource(ArraySource):
-    """Process 1 kills itself (SIGKILL) when a solver starts its 4th pass over the rows."""
+    """Process 1 kills itself (SIGKILL) when the fit starts its 3rd pass over the rows (the
+    solver's: the first reads the dtype, the second the moments of the targets)."""
 
     def _raw_blocks(self, block_size):
         self.passes = getattr(self, "passes", 0) + 1
-        if rank() == 1 and self.passes == 4:
+        if rank() == 1 and self.passes == 3:
             os.kill(os.getpid(), signal.SIGKILL)
         yield from super()._raw_blocks(block_size)
 
@@ -261,11 +262,12 @@ def test_process_killed_mid_fit_makes_the_other_fail_clearly():
 
 
 class _StallingSource(ArraySource):
-    """Process 1 stops answering (sleeps) when a solver starts its 4th pass over the rows."""
+    """Process 1 stops answering (sleeps) when the fit starts its 3rd pass over the rows (the
+    solver's: the first reads the dtype, the second the moments of the targets)."""
 
     def _raw_blocks(self, block_size):
         self.passes = getattr(self, "passes", 0) + 1
-        if rank() == 1 and self.passes == 4:
+        if rank() == 1 and self.passes == 3:
             import time
 
             time.sleep(60)

@@ -13,7 +13,6 @@ from kernelflow.solvers.early_stopping import (
     EarlyStopping,
     early_stopped_path,
     validation_mse,
-    validation_split,
 )
 from kernelflow.solvers.paths import (
     DivergenceError,
@@ -372,10 +371,6 @@ def test_early_stopping_monitor_patience_and_tol():
     assert stop.best_iteration == 1 and stop.best_loss == 4.0
     with pytest.raises(ValueError):
         EarlyStopping(n_iter_no_change=0)
-    tr, va = validation_split(50, 0.1, random_state=0)
-    assert len(va) == 5 and len(np.intersect1d(tr, va)) == 0
-    with pytest.raises(ValueError):
-        validation_split(1, 0.1)
     assert float(validation_mse(torch.zeros(2, 3), torch.ones(2, 3))) == 1.0
 
 

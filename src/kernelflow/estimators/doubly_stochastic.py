@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import Any, cast
 
@@ -20,8 +21,11 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..collectives import all_reduce_sum, is_distributed, local_only
-from ..distributed.auto import DISTRIBUTED_CONSTRAINT
+from ..collectives import all_reduce_sum, is_distributed, local_only, rank
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT, gather_all_rows, shared_seed
+from ..distributed.fit import bandwidth_rows
+from ..distributed.protocol import FitPlan, LocalResult, fit_data_parallel
+from ..distributed.sharding import ShardSource, check_consistent
 from ..features.random import supports_random_features
 from ..kernels import KERNEL_NAMES, Kernel, make_kernel
 from ..solvers.doubly_stochastic import (
@@ -30,15 +34,17 @@ from ..solvers.doubly_stochastic import (
     batch_pass,
     run_epochs,
 )
+from ..sources import ArraySource
 from ..utils._atomic import AtomicFitMixin
 from ..utils._progress import progress
 from ..utils._validation import check_X
 from ..utils.checkpoint import CHECKPOINT_CONSTRAINTS, arrays_fingerprint, fit_checkpoint
-from ..utils.holdout import holdout_indices
+from ..utils.holdout import resolve_seed, split_holdout
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DoublyStochasticMixin", "DOUBLY_STOCHASTIC_CONSTRAINTS", "DATA_PARALLEL_CONSTRAINTS"]
+__all__ = ["DoublyStochasticMixin", "DoublyStochasticDataParallel", "DOUBLY_STOCHASTIC_CONSTRAINTS",
+           "DATA_PARALLEL_CONSTRAINTS"]
 
 DOUBLY_STOCHASTIC_CONSTRAINTS = {
     "kernel": [StrOptions(set(KERNEL_NAMES) - {"laplacian"}), Kernel],
@@ -198,20 +204,6 @@ class DoublyStochasticMixin(AtomicFitMixin):
         s = all_reduce_sum(torch.stack([(v * w).sum(), w.sum()]))
         return float(s[0] / s[1].clamp_min(1e-300))
 
-    def _distributed_fit(self, shard):
-        """:func:`kernelflow.distributed.distributed_fit` on a shard: global mini-batches."""
-        self._refuse_parallel_checkpoint()
-        from ..distributed.fit import fit_doubly_stochastic_shard
-
-        return fit_doubly_stochastic_shard(self, shard)
-
-    def _fit_data_parallel(self, X, y, sw, *, partial=False):
-        """``fit`` / ``partial_fit`` over the rows of all processes (rank order), collective."""
-        from ..distributed.fit import fit_doubly_stochastic_arrays
-
-        self._refuse_parallel_checkpoint()
-        return fit_doubly_stochastic_arrays(self, X, y, sw, partial=partial)
-
     def _refuse_parallel_checkpoint(self):
         if getattr(self, "checkpoint", None) is not None:
             raise ValueError("checkpoint is not supported in a data-parallel fit.")
@@ -236,10 +228,9 @@ class DoublyStochasticMixin(AtomicFitMixin):
         train, val = np.arange(X.shape[0]), None
         if self.early_stopping:
             # the one holdout rule (kernelflow.utils.holdout): rows chosen by their content
-            train, val = holdout_indices(X, self.validation_fraction, self.random_state,
-                                         sample_weight=sw)
-            if len(train) == 0 or len(val) == 0:
-                raise ValueError("validation_fraction leaves no training or no validation rows.")
+            split = split_holdout(ArraySource(X, None, sw, validate=False),
+                                  self.validation_fraction, resolve_seed(self.random_state))
+            train, val = cast(np.ndarray, split.train_indices), split.validation_indices
         ckpt = None
         if getattr(self, "checkpoint", None) is not None and not is_distributed():
             ckpt = fit_checkpoint(
@@ -321,3 +312,123 @@ def _local_rows(global_idx, offset: int, n_local: int) -> torch.Tensor:
     g = np.asarray(global_idx)
     keep = (g >= offset) & (g < offset + n_local)
     return torch.from_numpy(g[keep] - offset)
+
+
+@dataclass
+class _GlobalBatches:
+    """A data-parallel plan: this process's validated rows (global positions ``offset`` to
+    ``offset + len(X)`` of ``n``), the model, the batch-order generator and the global
+    (train, validation) positions; ``partial``: one in-order pass."""
+
+    X: torch.Tensor
+    Y: torch.Tensor
+    sw: torch.Tensor | None
+    offset: int
+    n: int
+    model: DoublyStochasticModel
+    rng: np.random.RandomState
+    train: np.ndarray
+    val: np.ndarray | None
+    partial: bool
+
+
+class DoublyStochasticDataParallel:
+    """The data-parallel protocol (:mod:`kernelflow.distributed.protocol`) of the doubly
+    stochastic regressor and classifier: epochs of *global* mini-batches.
+
+    All processes draw the same seed (process 0's when ``random_state`` is None), the same
+    bandwidth from rows drawn by global position, the same feature stream, the same holdout
+    split and the same permutation of the n global rows; each takes the rows of every batch
+    that it holds, and :meth:`DoublyStochasticModel.step` all-reduces the batch sums, so all
+    processes take the same steps as a single-process fit. Subclasses define
+    ``_shard_targets(X, y, sample_weight) -> (X, Y, sample_weight)`` (validated rows and encoded
+    targets of this process's shard).
+    """
+
+    def data_parallel_prepare(self, shard: ShardSource) -> FitPlan:
+        """Validate this process's rows and decide the shared state (from scratch)."""
+        est = cast(Any, self)
+        est._refuse_parallel_checkpoint()
+        if est.warm_start and hasattr(est, "coef_"):
+            raise ValueError("distributed_fit starts from scratch; warm_start is not supported.")
+        est._validate_params()
+        X, y, sw = shard.local_arrays()
+        if y is None:
+            raise ValueError("distributed_fit of a doubly stochastic estimator needs targets y.")
+        Xt, Y, swt = est._shard_targets(X, y, sw)
+        check_consistent("doubly stochastic targets", n_outputs=Y.shape[1])
+        shard = ShardSource(ArraySource(Xt, Y, swt, validate=False))
+        return self._global_plan(shard, Xt, Y, swt, resume=False, partial=False)
+
+    def data_parallel_step(self, shard: ShardSource, plan: FitPlan) -> LocalResult:
+        """Epochs (or one in-order pass) of global mini-batches over this process's rows."""
+        est, p = cast(Any, self), plan.state
+        if p.partial:
+            bs = int(getattr(est, "batch_size_", est.batch_size))
+            est.loss_curve_.append(float(batch_pass(p.model, p.X, p.Y, p.sw, np.arange(p.n), bs,
+                                                    offset=p.offset)))
+            est._store_state()
+            return LocalResult()
+        est._epochs(p.model, p.X, p.Y, p.sw, p.train, p.val, p.rng, offset=p.offset,
+                    verbose=est.verbose if rank() == 0 else 0)
+        # reduced by the driver: every process has finished before anyone returns
+        return LocalResult(sums={"finished": torch.zeros(1)})
+
+    def data_parallel_finish(self, plan: FitPlan, result: LocalResult):
+        """The fitted attributes were stored by the step (identical on every process)."""
+        return self
+
+    def _global_plan(self, shard: ShardSource, X, Y, sw, *, resume: bool,
+                     partial: bool) -> FitPlan:
+        """Seed, kernel, model and holdout split shared by all processes (collective)."""
+        est = cast(Any, self)
+        # the seed and the bandwidth shared by all processes are passed on, never written into
+        # the estimator's parameters
+        random_state = shared_seed(est.random_state)
+        if resume:
+            model = est._get_model()
+            if Y.shape[1] != model.n_outputs:
+                raise ValueError(
+                    f"y has {Y.shape[1]} target column(s), the model was started with "
+                    f"{model.n_outputs}.")
+        else:
+            kernel = None
+            if est.sigma is None and est.gamma is None and isinstance(est.kernel, str):
+                kernel = est._resolve_kernel(bandwidth_rows(shard, X.dtype))
+            # _init_state reads the number of rows (batch_size="auto") and the width from its
+            # argument: show it a zero-copy view with the global row count
+            est._init_state(X.new_zeros(1, X.shape[1]).expand(shard.n_samples, -1),
+                            random_state=random_state, kernel=kernel, stream=partial)
+            model = est._model
+        rng = check_random_state(random_state)
+        train, val = np.arange(shard.n_samples), None
+        if est.early_stopping and not partial:
+            split = split_holdout(shard, est.validation_fraction, resolve_seed(random_state),
+                                  rows=gather_all_rows(shard, X, sw), global_positions=True)
+            # global positions: never None
+            train, val = cast(np.ndarray, split.train_indices), split.validation_indices
+        plan = _GlobalBatches(X, Y, sw, shard.offset, shard.n_samples, model, rng, train, val,
+                              partial)
+        # the feature stream must be the same everywhere (seed drawn from random_state)
+        return FitPlan(shared={"feature_seed_from_random_state": float(est.seed_)}, state=plan)
+
+    def _fit_data_parallel(self, X, y, sw, *, partial=False):
+        """``fit`` / ``partial_fit`` over the rows of all processes (rank order), collective.
+
+        ``X``, ``y`` (tensor, or class labels for a classifier whose ``classes_`` are set) and
+        ``sw`` are this process's validated rows. Equals the single-process call on the
+        concatenated rows with the same ``random_state`` (``warm_start`` and ``partial_fit``
+        continue from the fitted model, which every process holds).
+        """
+        est = cast(Any, self)
+        est._refuse_parallel_checkpoint()
+        if partial:
+            resume = hasattr(est, "coef_")
+        else:
+            resume = est.warm_start and hasattr(est, "coef_") and getattr(est, "t_", 0) > 0
+        Y = est._encode_targets(y, first=not resume)
+        shard = ShardSource(ArraySource(X, Y, sw, validate=False))
+        check_consistent("doubly stochastic targets",
+                         y_1d=float(bool(getattr(est, "_y_1d", True))), resume=float(resume))
+        plan = self._global_plan(shard, X, Y, sw, resume=resume, partial=partial)
+        return fit_data_parallel(cast(Any, self), shard, plan=plan)

@@ -12,7 +12,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import column_or_1d
 
 from ..distributed.auto import data_parallel, fit_scope
-from ..distributed.fit import _labels_union
+from ..distributed.fit import labels_union
 from ..solvers.losses import SoftmaxLoss, get_loss
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X_y, to_output
@@ -20,6 +20,7 @@ from ._calibration import fit_inverse_temperature, scores_to_proba
 from .doubly_stochastic import (
     DATA_PARALLEL_CONSTRAINTS,
     DOUBLY_STOCHASTIC_CONSTRAINTS,
+    DoublyStochasticDataParallel,
     DoublyStochasticMixin,
 )
 
@@ -33,7 +34,8 @@ def _labels_to_numpy(y):
     return y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
 
 
-class DoublyStochasticClassifier(DoublyStochasticMixin, ClassifierMixin, BaseEstimator):
+class DoublyStochasticClassifier(DoublyStochasticDataParallel, DoublyStochasticMixin,
+                                 ClassifierMixin, BaseEstimator):
     """Kernel SVM / kernel logistic regression by doubly stochastic functional gradients.
 
     Algorithm 1 of Dai et al. (2014) with the hinge ``max(0, 1 - yu)``, squared hinge
@@ -179,6 +181,14 @@ random_state, warm_start, verbose, dtype, distributed, checkpoint, checkpoint_in
                                  reset=reset, multi_output=False, sample_weight=sample_weight)
         return X, y_np, sw
 
+    def _shard_targets(self, X, y, sw):
+        """Validated rows and encoded targets of this process's shard; ``classes_`` is the
+        union of all processes' labels (collective)."""
+        Xt, y_np, swt = self._check(X, (y[:, 0] if y.shape[1] == 1 else y).numpy(), sw,
+                                    reset=True)
+        self._set_classes(y_np, labels_union(y_np))
+        return Xt, self._encode_targets(y_np, first=True), swt
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.non_deterministic = False
@@ -203,7 +213,7 @@ random_state, warm_start, verbose, dtype, distributed, checkpoint, checkpoint_in
             X, y_np, sw = self._check(X, y, sample_weight, reset=not resume)
             parallel = data_parallel(self.distributed, X)
             if not resume:
-                self._set_classes(y_np, _labels_union(y_np) if parallel else None)
+                self._set_classes(y_np, labels_union(y_np) if parallel else None)
             if parallel:
                 return self._fit_data_parallel(X, y_np, sw)
             self._fit(X, y_np, sw)
@@ -234,7 +244,7 @@ random_state, warm_start, verbose, dtype, distributed, checkpoint, checkpoint_in
             X, y_np, sw = self._check(X, y, sample_weight, reset=first)
             parallel = data_parallel(self.distributed, X)
             if first:
-                self._set_classes(y_np, _labels_union(y_np) if parallel and classes is None
+                self._set_classes(y_np, labels_union(y_np) if parallel and classes is None
                                   else classes)
             elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
                 raise ValueError(

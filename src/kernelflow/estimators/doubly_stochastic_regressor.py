@@ -14,13 +14,15 @@ from ..utils._validation import check_X_y, to_output
 from .doubly_stochastic import (
     DATA_PARALLEL_CONSTRAINTS,
     DOUBLY_STOCHASTIC_CONSTRAINTS,
+    DoublyStochasticDataParallel,
     DoublyStochasticMixin,
 )
 
 __all__ = ["DoublyStochasticRegressor"]
 
 
-class DoublyStochasticRegressor(DoublyStochasticMixin, RegressorMixin, BaseEstimator):
+class DoublyStochasticRegressor(DoublyStochasticDataParallel, DoublyStochasticMixin,
+                                RegressorMixin, BaseEstimator):
     """Kernel regression by doubly stochastic functional gradients (Dai et al. 2014).
 
     Minimises ``E[l(f(x), y)] + (alpha/2)|f|²_H`` (Eq. 1) over the RKHS of ``kernel``. Each
@@ -221,6 +223,12 @@ default="squared_error"
         if first:
             self._n_outputs = Y.shape[1]
         return Y
+
+    def _shard_targets(self, X, y, sw):
+        """Validated rows and (n, t) targets of this process's shard (y 2-D)."""
+        Xt, yt, swt, _ = check_X_y(self, X, y[:, 0] if y.shape[1] == 1 else y, reset=True,
+                                   sample_weight=sw)
+        return Xt, self._encode_targets(yt, first=True), swt
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

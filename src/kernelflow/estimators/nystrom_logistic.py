@@ -13,6 +13,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_is_fitted
 
+from ..distributed.nystrom_prepare import select_centers
 from ..kernels import make_kernel
 from ..operators import KernelOperator, Options, memory_budget
 from ..solvers.logistic import nystrom_logistic_newton
@@ -20,7 +21,7 @@ from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, to_output
 from ._base import KERNEL_CONSTRAINTS
 from .kernel_ridge_classifier import encode_labels
-from .nystrom_ridge import NYSTROM_CONSTRAINTS, _select_centers
+from .nystrom_ridge import NYSTROM_CONSTRAINTS
 
 __all__ = ["NystromKernelLogisticRegression"]
 
@@ -159,7 +160,7 @@ class NystromKernelLogisticRegression(AtomicFitMixin, ClassifierMixin, BaseEstim
         self.kernel_ = make_kernel(self.kernel, sigma=self.sigma, gamma=self.gamma,
                                    degree=self.degree, coef0=self.coef0, X=pool)
         rng = check_random_state(self.random_state)
-        C = _select_centers(self, pool, self.kernel_, rng).to(_F64)
+        C = select_centers(self.landmarks, self.n_components, pool, self.kernel_, rng).to(_F64)
         options = self.options or Options()
         op = KernelOperator(self.kernel_, Xt, C, options=options)
         if Xt.shape[0] * C.shape[0] * 8 <= 0.5 * memory_budget(options):

@@ -2,33 +2,31 @@
 
 from __future__ import annotations
 
-import copy
 import logging
-import os
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 
-import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..collectives import all_reduce_sum, broadcast, is_distributed
-from ..distributed.auto import DISTRIBUTED_CONSTRAINT, data_parallel, fit_scope, gather_all_rows
-from ..distributed.sharding import ShardSource, check_consistent
-from ..landmarks import LandmarkSelector, resolve_centers
-from ..operators import Options, memory_budget
+from ..collectives import is_distributed
+from ..distributed.auto import DISTRIBUTED_CONSTRAINT, fit_scope
+from ..distributed.nystrom_prepare import COMPUTE_DTYPES, NystromData, prepare_nystrom
+from ..distributed.protocol import FitPlan, LocalResult, fit_data_parallel
+from ..distributed.sharding import ShardSource
+from ..landmarks import LandmarkSelector
 from ..solvers.hyperparameters import NYSTROM_CRITERIA
-from ..solvers.nystrom import nystrom_krr, nystrom_predict, source_moments
+from ..solvers.nystrom import nystrom_krr, nystrom_predict
 from ..solvers.nystrom_eigen_cg import nystrom_eigen_cg
 from ..solvers.variance import nystrom_posterior
-from ..sources import ArraySource, DataSource, SubsetSource, as_source
+from ..sources import DataSource
 from ..typing import ArrayLike, Output
-from ..utils._validation import check_X, check_X_y, to_output
+from ..utils._validation import check_X, to_output
 from ..utils.checkpoint import CHECKPOINT_CONSTRAINTS, data_fingerprint, fit_checkpoint
-from ..utils.holdout import holdout_indices, holdout_stream_mask
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin, fit_random_state
 from ._hyperparameters import (
     OPTIMIZER_CONSTRAINTS,
@@ -43,7 +41,7 @@ __all__ = ["NystromKernelRidge"]
 
 logger = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_DTYPES = COMPUTE_DTYPES
 
 #: Constraints shared by the Nyström estimators.
 NYSTROM_CONSTRAINTS = {
@@ -64,159 +62,6 @@ NYSTROM_CONSTRAINTS = {
 }
 
 
-def _prepare_data(estimator, X, y, sample_weight):
-    """Validate the training data; returns (source, pool tensor, its sample weight, y is 1-D).
-
-    Array input is validated like any estimator's; a DataSource (or a ``.npy`` path) is used as
-    is and only its first rows are inspected here (blocks are checked as they are read).
-    """
-    if isinstance(X, DataSource | str | os.PathLike):
-        source = as_source(X, y, sample_weight)
-        if source.n_outputs == 0:
-            raise ValueError("the data source has no targets (y).")
-        estimator.n_features_in_ = source.n_features
-        if hasattr(estimator, "feature_names_in_"):
-            del estimator.feature_names_in_
-        return source, None, None, source.n_outputs == 1
-    Xt, yt, sw, _ = check_X_y(estimator, X, y, sample_weight=sample_weight, keep_float32=True)
-    return ArraySource(Xt, yt, sw, validate=False), Xt, sw, yt.ndim == 1
-
-
-def _data_parallel_data(source, pool, sw):
-    """The data set of all processes: (ShardSource, global pool or None, its weights).
-
-    Arrays: every process gathers all rows (up to ``GATHER_LIMIT`` values), so centres and the
-    median-heuristic bandwidth come from exactly the rows of a single-process fit on the
-    concatenated arrays; beyond, or for a DataSource, centres come from a global subsample.
-    """
-    shard = source if isinstance(source, ShardSource) else ShardSource(source)
-    if pool is None:
-        return shard, None, None
-    rows = gather_all_rows(shard, pool, sw)
-    if rows is None:
-        logger.info("%d rows x %d features are too many to gather on every process: centres "
-                    "are chosen from a global subsample", shard.n_samples, shard.n_features)
-        return shard, None, None
-    return shard, rows[0], rows[1]
-
-
-def _candidate_pool(source: DataSource, pool, sw, k, rng):
-    """Rows from which centres are chosen: the data (arrays) or a uniform subsample (streams)."""
-    if pool is not None:
-        return pool if sw is None else pool[sw > 0]
-    n = source.n_samples
-    m = min(n, max(20 * k, 10000))
-    idx = np.sort(rng.choice(n, size=m, replace=False))
-    return source.take(idx).to(torch.float64)
-
-
-def _select_centers(estimator, pool, kernel, rng):
-    """Centres from ``estimator.landmarks``; duplicates are removed (they add nothing)."""
-    # Selecting from the distinct rows makes integer weights equivalent to repeated rows, and
-    # torch.unique sorts them, so the candidates do not depend on the row order either. Given
-    # centres do not depend on the pool: skip the sort of all rows.
-    landmarks = estimator.landmarks
-    if isinstance(landmarks, np.ndarray | torch.Tensor | list | tuple):
-        k, pool = None, pool[:1].to(torch.float64)  # only its width and dtype are read
-    else:
-        pool = torch.unique(pool.to(torch.float64), dim=0)
-        k = min(int(estimator.n_components), pool.shape[0])
-    seed = int(rng.randint(0, 2**31 - 1))
-    C = resolve_centers(landmarks, pool, kernel, k, random_state=seed).centers
-    C = torch.unique(C.to(torch.float64), dim=0)
-    if is_distributed():  # every process must hold the same centres
-        C = broadcast(C.contiguous())
-    return C
-
-
-def _compute_dtype(estimator, X_dtype):
-    if estimator.dtype is not None:
-        return _DTYPES[estimator.dtype]
-    return X_dtype if X_dtype in (torch.float32, torch.float64) else torch.float64
-
-
-def _resolved_options(estimator, device=None) -> Options:
-    opts = estimator.options or Options()
-    if opts.memory_budget is None:  # fix the budget once per fit: stable block sizes; on a
-        # GPU it is a fraction of the device's free memory
-        opts = opts.replace(memory_budget=memory_budget(opts, device))
-    return opts
-
-
-class _StreamHoldout(SubsetSource):
-    """The rows of a stream on one side of the holdout rule for streams
-    (:func:`kernelflow.utils.holdout.holdout_stream_mask`: a row is held out when the hash of
-    its content falls below the fraction); blocks keep their global ``start``."""
-
-    def __init__(self, source: DataSource, fraction: float, seed: int, validation: bool):
-        super().__init__(source, keep=None)
-        self.fraction, self.seed, self.validation = fraction, seed, validation
-
-    def _mask(self, block):
-        m = holdout_stream_mask(block.X, self.fraction, self.seed)
-        return m if self.validation else ~m
-
-    def positions(self) -> np.ndarray:
-        """Global positions of the rows on this side (one pass over the rows)."""
-        parts = [b.start + np.flatnonzero(
-            holdout_stream_mask(b.X, self.fraction, self.seed) == self.validation)
-            for b in self.source._raw_blocks(1 << 16)]
-        return np.sort(np.concatenate(parts)).astype(np.int64) if parts else \
-            np.zeros(0, dtype=np.int64)
-
-
-def _holdout_seed(estimator, rng) -> int:
-    """The holdout seed: ``random_state`` itself when it is an integer (so every estimator holds
-    out the same rows for the same ``random_state``), else a draw from the fit's generator."""
-    drawn = int(rng.randint(0, 2**31 - 1))  # drawn in both cases: the centres stay the same
-    rs = estimator.random_state
-    return int(rs) if isinstance(rs, Integral) else drawn
-
-
-def _split(estimator, source, rng):
-    """(train, validation) sources when early stopping, else (source, None).
-
-    Rows held in memory are split by :func:`kernelflow.utils.holdout.holdout_indices` (the rule
-    of every early-stopped estimator); streamed or sharded rows by
-    :func:`kernelflow.utils.holdout.holdout_stream_mask`. Sets ``validation_indices_``.
-    """
-    if not estimator.early_stopping:
-        if hasattr(estimator, "validation_indices_"):
-            del estimator.validation_indices_
-        return source, None
-    seed = _holdout_seed(estimator, rng)
-    fraction = float(estimator.validation_fraction)
-    pool, sw = getattr(estimator, "_holdout_rows", (None, None))
-    gathered = isinstance(source, ShardSource) and pool is not None \
-        and pool.shape[0] == source.n_samples
-    if isinstance(source, ArraySource) or gathered:
-        # rows in memory (for a data-parallel fit, every process's rows gathered in rank order,
-        # so the split is the single-process one on the concatenated rows)
-        if gathered:
-            _, val_idx = holdout_indices(pool, fraction, seed, sample_weight=sw)
-        else:
-            _, val_idx = holdout_indices(source.X, fraction, seed, y=source.y,
-                                         sample_weight=source.sample_weight)
-        in_val = np.zeros(source.n_samples, dtype=bool)  # by global position
-        in_val[val_idx] = True
-        train = SubsetSource(source, lambda s, b: ~in_val[s:s + b])
-        val = SubsetSource(source, lambda s, b: in_val[s:s + b])
-        estimator.validation_indices_ = np.asarray(val_idx, dtype=np.int64)
-    else:
-        train = _StreamHoldout(source, fraction, seed, validation=False)
-        val = _StreamHoldout(source, fraction, seed, validation=True)
-        estimator.validation_indices_ = val.positions()
-    counts = torch.tensor([train.n_samples, val.n_samples], dtype=torch.float64)
-    if isinstance(source, ShardSource):  # subsets of a shard count this process's rows
-        counts = all_reduce_sum(counts)
-    if counts.min() == 0:
-        raise ValueError(
-            f"early_stopping with validation_fraction={estimator.validation_fraction} leaves an "
-            f"empty training or validation set for {source.n_samples} samples."
-        )
-    return train, val
-
-
 def _nystrom_predict_output(estimator, X):
     check_is_fitted(estimator)
     Xt, kind = check_X(estimator, X, reset=False)
@@ -230,43 +75,62 @@ def _nystrom_predict_output(estimator, X):
 
 
 class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
-    """Data handling, centre selection and prediction shared by the Nyström estimators."""
+    """The stages of a Nyström fit and prediction, shared by the Nyström estimators.
 
-    def _distributed_fit(self, shard):
-        """:func:`kernelflow.distributed.distributed_fit` on a shard: the solvers read the local
-        rows and all-reduce every sum over rows."""
-        return self.fit(shard)
+    A fit is the data-parallel protocol of :mod:`kernelflow.distributed.protocol` run on the
+    rows given: prepare (:func:`~kernelflow.distributed.nystrom_prepare.prepare_nystrom`, then
+    the estimator's own choices), the solver on this process's rows (every sum over rows
+    all-reduced inside it), finish (the fitted attributes).
+    """
 
-    def _setup(self, X, y, sample_weight):
-        """Shared by the Nyström estimators: data, kernel, centres, dtype, warm-start state."""
-        warm = self.warm_start and hasattr(self, "centers_")
-        prev = (self.centers_, self.kernel_, self.dual_coef_, self.intercept_,
-                getattr(self, "n_features_in_", None)) if warm else None
-        source, pool, sw, y_1d = _prepare_data(self, X, y, sample_weight)
-        x_dtype = pool.dtype if pool is not None else torch.float64
-        if data_parallel(self.distributed, X):
-            source, pool, sw = _data_parallel_data(source, pool, sw)
-            check_consistent("targets", y_1d=float(y_1d))
-        self._y_1d = y_1d
-        self._holdout_rows = (pool, sw)  # the global rows in memory, if any, for the holdout
-        rng = fit_random_state(self.random_state)
-        if warm and prev[4] == source.n_features:
-            C, kernel = prev[0], prev[1]
-            rng.randint(0, 2**31 - 1)  # keep the split seed where a cold fit would draw it
+    def _wants_moments(self) -> bool:
+        """Whether prepare computes the weighted moments of the targets (one pass; the solver
+        then skips its own when nothing is held out)."""
+        return False
+
+    def _prepare(self, X, y=None, sample_weight=None) -> NystromData:
+        """The prepare stage: data, kernel, centres, holdout, dtype, warm-start state."""
+        return prepare_nystrom(self, X, y, sample_weight,
+                               rng=fit_random_state(self.random_state),
+                               build_kernel=self._build_kernel, moments=self._wants_moments())
+
+    def _plan(self, X, y=None, sample_weight=None) -> FitPlan:
+        """The plan of a fit: the prepare stage plus the estimator's own decisions."""
+        raise NotImplementedError
+
+    def _fit_stages(self, X, y, sample_weight):
+        """``fit``: the stages of :mod:`kernelflow.distributed.protocol` on the rows given (this
+        process's rows of a data-parallel fit, when the ``distributed`` setting says so)."""
+        plan = self._plan(X, y, sample_weight)
+        return fit_data_parallel(self, plan.state.data.source, plan=plan)
+
+    # ---- the data-parallel protocol (kernelflow.distributed.protocol) --------------------------
+    def data_parallel_prepare(self, shard: ShardSource) -> FitPlan:
+        """Validate the parameters, then decide data, kernel, centres and holdout from the
+        global data set (:func:`kernelflow.distributed.nystrom_prepare.prepare_nystrom`)."""
+        self._validate_params()
+        return self._plan(shard)
+
+    def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
+        """Run the solver on this process's rows; it all-reduces every sum over rows."""
+        raise NotImplementedError
+
+    def data_parallel_finish(self, plan: FitPlan, result: LocalResult):
+        """Store the fitted attributes (the same on every process); returns self."""
+        raise NotImplementedError
+
+    def _store_common(self, data: NystromData, coef: torch.Tensor, intercept: torch.Tensor):
+        """Fitted attributes shared by the Nyström estimators."""
+        single = data.source.n_outputs == 1 and data.y_1d
+        self.kernel_ = data.kernel
+        self.centers_ = data.centers
+        self.dual_coef_ = coef[:, 0].clone() if single else coef
+        self.intercept_ = intercept[0].clone() if single else intercept
+        self.compute_dtype_ = "float32" if data.dtype == torch.float32 else "float64"
+        if data.validation_indices is None:
+            self.__dict__.pop("validation_indices_", None)
         else:
-            warm = False
-            pool_ = _candidate_pool(source, pool, sw, int(self.n_components), rng)
-            kernel = self._build_kernel(pool_) if pool is None else self._build_kernel(pool, sw)
-            C = _select_centers(self, pool_, kernel, rng)
-            sigma = getattr(kernel, "sigma", None)
-            if is_distributed() and isinstance(sigma, float | int | np.ndarray):
-                # a median-heuristic bandwidth (or sigma="ard") depends on each process's shard:
-                # use rank 0's
-                s = broadcast(torch.as_tensor(np.atleast_1d(sigma), dtype=torch.float64).clone())
-                kernel = copy.copy(kernel)  # never the user's kernel object
-                kernel.sigma = float(s[0]) if np.ndim(sigma) == 0 else s.numpy()
-        dtype = _compute_dtype(self, x_dtype)
-        return source, rng, kernel, C, dtype, (prev if warm else None)
+            self.validation_indices_ = data.validation_indices
 
     def predict(self, X: ArrayLike) -> Output:
         """Predict f(x) = K(x, centers_) dual_coef_ + intercept_.
@@ -280,6 +144,16 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         y_pred : ndarray or tensor of shape (n_samples,) or (n_samples, n_targets)
         """
         return _nystrom_predict_output(self, X)
+
+
+@dataclass
+class _RidgePlan:
+    """The plan of a Nyström ridge fit: prepared data, intercept, penalty, warm start."""
+
+    data: NystromData
+    intercept: torch.Tensor
+    alpha: float
+    coef0: torch.Tensor | None
 
 
 class NystromKernelRidge(_NystromBase):
@@ -522,18 +396,24 @@ class NystromKernelRidge(_NystromBase):
         self : object
         """
         with fit_scope(self, X):
-            return self._fit(X, y, sample_weight)
+            return self._fit_stages(X, y, sample_weight)
 
-    def _fit(self, X, y, sample_weight):
-        source, rng, kernel, C, dtype, prev = self._setup(X, y, sample_weight)
-        options = _resolved_options(self, C.device)
-        t = source.n_outputs
-        if self.fit_intercept:
-            W, ysum, _ = source_moments(source, block_size=self.block_size)
+    def _wants_moments(self) -> bool:
+        # the intercept is the weighted mean of y; without a holdout the solver's total weight
+        # comes from the same pass
+        return bool(self.fit_intercept) or not self.early_stopping
+
+    def _plan(self, X, y=None, sample_weight=None) -> FitPlan:
+        """Prepare, then the intercept, the warm start and learned hyperparameters."""
+        data = self._prepare(X, y, sample_weight)
+        t = data.source.n_outputs
+        if self.fit_intercept and data.moments is not None:
+            W, ysum, _ = data.moments
             intercept = ysum / W
         else:
             intercept = torch.zeros(t, dtype=torch.float64)
         coef0 = None
+        prev = data.warm
         if prev is not None and prev[2].reshape(prev[2].shape[0], -1).shape[1] == t:
             coef0 = prev[2].reshape(-1, t).to(torch.float64)
         alpha = float(self.alpha)
@@ -542,46 +422,58 @@ class NystromKernelRidge(_NystromBase):
             self.__dict__.pop(name, None)
         if self.learn_hyperparameters is not None:
             # sets sigma_, alpha_, signal_variance_, noise_variance_, hyperparameters_
-            kernel, alpha = learn_for_nystrom(self, source, intercept, kernel, C)
+            data.kernel, alpha = learn_for_nystrom(self, data.source, intercept, data.kernel,
+                                                   data.centers)
         else:
             set_unit_signal_variance(self, alpha)
-        train, val = _split(self, source, rng)
+        return FitPlan(shared={"centres": float(data.centers.shape[0]), "targets": float(t)},
+                       state=_RidgePlan(data, intercept, alpha, coef0))
+
+    def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
+        """Conjugate gradients (or the direct solve) on this process's rows; every sum over
+        rows is all-reduced inside the solver. Then the posterior pass (``compute_variance``)."""
+        p: _RidgePlan = plan.state
+        d = p.data
         ckpt = None
         if self.checkpoint is not None:
             if is_distributed():
                 raise ValueError("checkpoint is not supported in a data-parallel fit.")
-            ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(source), centers=C,
-                                  kernel=kernel, alpha=alpha, coef0=coef0)
+            ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(d.source),
+                                  centers=d.centers, kernel=d.kernel, alpha=p.alpha,
+                                  coef0=p.coef0)
+        common = dict(y_offset=p.intercept, coef0=p.coef0, max_iter=self.max_iter, tol=self.tol,
+                      validation=d.validation, n_iter_no_change=self.n_iter_no_change,
+                      dtype=d.dtype, options=d.options, block_size=self.block_size,
+                      verbose=self.verbose, moments=d.solver_moments())
         if self.solver == "eigen_cg":
             if ckpt is not None:
                 raise ValueError("checkpoint is not supported with solver='eigen_cg'.")
-            sol = nystrom_eigen_cg(
-                train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
-                max_iter=self.max_iter, tol=self.tol, validation=val,
-                n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
-                block_size=self.block_size, verbose=self.verbose,
-            )
+            sol = nystrom_eigen_cg(d.train, d.kernel, d.centers, p.alpha, **common)
         else:
-            sol = nystrom_krr(
-                train, kernel, C, alpha, y_offset=intercept, coef0=coef0,
-                max_iter=self.max_iter, tol=self.tol, validation=val, solver=self.solver,
-                n_iter_no_change=self.n_iter_no_change, dtype=dtype, options=options,
-                block_size=self.block_size, verbose=self.verbose, checkpoint=ckpt,
-            )
+            sol = nystrom_krr(d.train, d.kernel, d.centers, p.alpha, solver=self.solver,
+                              checkpoint=ckpt, **common)
+        posterior = nystrom_posterior(
+            d.train, d.kernel, d.centers, p.alpha, y_offset=p.intercept, options=d.options,
+            block_size=self.block_size,
+            method="fitc" if self.compute_variance == "fitc" else "dtc", verbose=self.verbose,
+        ) if self.compute_variance else None
+        if ckpt is not None:
+            ckpt.finish()
+        return LocalResult(state=(sol, posterior))
+
+    def data_parallel_finish(self, plan: FitPlan, result: LocalResult):
+        """Store the coefficients, the solver's history and the posterior; returns self."""
+        p: _RidgePlan = plan.state
+        sol, posterior = result.state
         if not sol.converged and not sol.stopped_early:
-            tol = sol.tolerance
             warnings.warn(
                 f"Nyström CG stopped at max_iter={self.max_iter} with relative residual "
-                f"{sol.residual:.2e} above tol={tol:.1e}: the model may be inaccurate. Increase "
-                f"max_iter, loosen tol, use a larger alpha, dtype='float64', or "
-                f"solver='direct'.",
+                f"{sol.residual:.2e} above tol={sol.tolerance:.1e}: the model may be "
+                f"inaccurate. Increase max_iter, loosen tol, use a larger alpha, "
+                f"dtype='float64', or solver='direct'.",
                 ConvergenceWarning, stacklevel=2,
             )
-        single = t == 1 and self._y_1d
-        self.kernel_ = kernel
-        self.centers_ = C
-        self.dual_coef_ = sol.coef[:, 0].clone() if single else sol.coef
-        self.intercept_ = intercept[0].clone() if single else intercept
+        self._store_common(p.data, sol.coef, p.intercept)
         self.n_iter_ = sol.n_iter
         self.converged_ = bool(sol.converged)
         self.residual_ = float(sol.residual)
@@ -590,14 +482,7 @@ class NystromKernelRidge(_NystromBase):
         self.residual_norms_ = list(sol.residual_norms)
         self.validation_scores_ = list(sol.validation_mse)
         self.best_iteration_ = int(sol.best_iter)
-        self.compute_dtype_ = "float32" if dtype == torch.float32 else "float64"
-        self.posterior_ = nystrom_posterior(
-            train, kernel, C, alpha, y_offset=intercept, options=options,
-            block_size=self.block_size,
-            method="fitc" if self.compute_variance == "fitc" else "dtc", verbose=self.verbose,
-        ) if self.compute_variance else None
-        if ckpt is not None:
-            ckpt.finish()
+        self.posterior_ = posterior
         return self
 
     def predict(self, X, return_std=False, return_cov=False, observation_noise=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Literal
 
@@ -14,14 +15,11 @@ from sklearn.utils._param_validation import Interval, StrOptions
 
 from ..collectives import is_distributed
 from ..distributed.auto import fit_scope
+from ..distributed.nystrom_prepare import NystromData
+from ..distributed.protocol import FitPlan, LocalResult
 from ..solvers.nystrom_robust import LOSSES, nystrom_robust
 from ..utils.checkpoint import data_fingerprint, fit_checkpoint
-from .nystrom_ridge import (
-    NYSTROM_CONSTRAINTS,
-    _NystromBase,
-    _resolved_options,
-    _split,
-)
+from .nystrom_ridge import NYSTROM_CONSTRAINTS, _NystromBase
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,6 +32,15 @@ if TYPE_CHECKING:
     from ..typing import ArrayLike
 
 __all__ = ["NystromRobustRegressor"]
+
+
+@dataclass
+class _RobustPlan:
+    """The plan of a robust Nyström fit: prepared data and the warm start."""
+
+    data: NystromData
+    coef0: torch.Tensor | None
+    intercept0: torch.Tensor | None
 
 
 class NystromRobustRegressor(_NystromBase):
@@ -214,41 +221,54 @@ class NystromRobustRegressor(_NystromBase):
         self : object
         """
         with fit_scope(self, X):
-            return self._fit(X, y, sample_weight)
+            return self._fit_stages(X, y, sample_weight)
 
-    def _fit(self, X, y, sample_weight):
-        source, rng, kernel, C, dtype, prev = self._setup(X, y, sample_weight)
-        t = source.n_outputs
+    def _plan(self, X, y=None, sample_weight=None) -> FitPlan:
+        """Prepare, then the warm start."""
+        data = self._prepare(X, y, sample_weight)
+        t = data.source.n_outputs
         coef0 = intercept0 = None
+        prev = data.warm
         if prev is not None and prev[2].reshape(prev[2].shape[0], -1).shape[1] == t:
             coef0 = prev[2].reshape(-1, t).to(torch.float64)
             intercept0 = prev[3].reshape(t).to(torch.float64)
-        train, val = _split(self, source, rng)
+        return FitPlan(shared={"centres": float(data.centers.shape[0]), "targets": float(t)},
+                       state=_RobustPlan(data, coef0, intercept0))
+
+    def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
+        """Gradient steps on this process's rows; the gradient, the loss, the residual
+        histogram and the validation loss are all-reduced inside the solver."""
+        p: _RobustPlan = plan.state
+        data, coef0, intercept0 = p.data, p.coef0, p.intercept0
         ckpt = None
         if self.checkpoint is not None:
             if is_distributed():
                 raise ValueError("checkpoint is not supported in a data-parallel fit.")
-            ckpt = fit_checkpoint(self, "nystrom_robust", data_fingerprint(source), centers=C,
-                                  kernel=kernel, coef0=coef0, intercept0=intercept0)
+            ckpt = fit_checkpoint(self, "nystrom_robust", data_fingerprint(data.source),
+                                  centers=data.centers, kernel=data.kernel, coef0=coef0,
+                                  intercept0=intercept0)
         sol = nystrom_robust(
-            train, kernel, C, loss=self.loss, alpha=float(self.alpha), epsilon=self.epsilon,
-            learning_rate=self.learning_rate, max_iter=self.max_iter, tol=self.tol,
-            preconditioned=self.preconditioned, fit_intercept=self.fit_intercept, coef0=coef0,
-            intercept0=intercept0, validation=val, n_iter_no_change=self.n_iter_no_change,
-            dtype=dtype, options=_resolved_options(self, C.device), block_size=self.block_size,
-            verbose=self.verbose, checkpoint=ckpt,
+            data.train, data.kernel, data.centers, loss=self.loss, alpha=float(self.alpha),
+            epsilon=self.epsilon, learning_rate=self.learning_rate, max_iter=self.max_iter,
+            tol=self.tol, preconditioned=self.preconditioned, fit_intercept=self.fit_intercept,
+            coef0=coef0, intercept0=intercept0, validation=data.validation,
+            n_iter_no_change=self.n_iter_no_change, dtype=data.dtype, options=data.options,
+            block_size=self.block_size, verbose=self.verbose, checkpoint=ckpt,
         )
+        if ckpt is not None:
+            ckpt.finish()
+        return LocalResult(state=sol)
+
+    def data_parallel_finish(self, plan: FitPlan, result: LocalResult) -> Self:
+        """Store the coefficients and the descent's history; returns self."""
+        sol = result.state
         if (self.learning_rate == "auto" and not sol.converged and not sol.stopped_early
                 and self.max_iter >= 10):
             warnings.warn(
                 f"Nyström {self.loss} descent stopped at max_iter={self.max_iter} before "
                 f"reaching tol={self.tol}.", ConvergenceWarning, stacklevel=2,
             )
-        single = t == 1 and self._y_1d
-        self.kernel_ = kernel
-        self.centers_ = C
-        self.dual_coef_ = sol.coef[:, 0].clone() if single else sol.coef
-        self.intercept_ = sol.intercept[0].clone() if single else sol.intercept
+        self._store_common(plan.state.data, sol.coef, sol.intercept)
         self.n_iter_ = sol.n_iter
         self.converged_ = bool(sol.converged)
         self.objective_ = list(sol.objective)
@@ -256,7 +276,4 @@ class NystromRobustRegressor(_NystromBase):
         self.best_iteration_ = int(sol.best_iter)
         self.learning_rate_ = float(sol.learning_rate)
         self.delta_ = sol.delta
-        self.compute_dtype_ = "float32" if dtype == torch.float32 else "float64"
-        if ckpt is not None:
-            ckpt.finish()
         return self

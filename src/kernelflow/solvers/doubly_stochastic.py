@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -324,38 +325,11 @@ class DoublyStochasticModel:
              is None else sample_weight.to(dtype=self.dtype, device=self.device))
         self.t += 1
         gamma = self.schedule(self.t)
-        if X.shape[0] == 0:  # a data-parallel process holding no row of this global batch
-            j = self.n_blocks
-            if self.max_blocks is not None and self.n_blocks >= self.max_blocks:
-                j = (self.t - 1) % self.max_blocks
-            fb = self.block(j)
-            r, C = self.block_size, self.n_outputs
-            size = r * C + C + 2 + (C if self.loss.has_offset else 0) + (
-                r * r if self.precondition is not None else 0)
-            parts = [torch.zeros(size, dtype=self.dtype, device=self.device)]
-        else:
-            Y = Y.reshape(X.shape[0], -1)
-            F = self.decision_function(X)
-            if not torch.isfinite(F).all():
-                raise DivergenceError(
-                    f"Doubly stochastic training diverged at iteration {self.t} (non-finite "
-                    "predictions); lower eta0 or use a decreasing learning rate."
-                )
-            target = torch.full_like(F, self.offset) if self.loss.has_offset else Y
-            G = self.loss.derivative(F, target) * w[:, None]  # (b, C)
-            j = self.n_blocks
-            if self.max_blocks is not None and self.n_blocks >= self.max_blocks:
-                j = (self.t - 1) % self.max_blocks
-            fb = self.block(j)
-            r, C = self.block_size, self.n_outputs
-            loss_sum = (self.loss.value(F, target) * w).sum()[None]
-            parts = [fb.t_matmul(X, G).reshape(-1), G.sum(0), loss_sum, w.sum()[None]]
-            if self.loss.has_offset:
-                parts.append(self.loss.offset_derivative(F, target).mul(w[:, None]).sum(0))
-            if self.precondition is not None:
-                Phi = fb(X)  # (b, r)
-                parts.append((Phi.T @ (Phi * w[:, None])).reshape(-1))
-        sums = all_reduce_sum(torch.cat(parts))
+        j = self.n_blocks  # a new block, or the oldest one recycled beyond max_blocks
+        if self.max_blocks is not None and self.n_blocks >= self.max_blocks:
+            j = (self.t - 1) % self.max_blocks
+        r, C = self.block_size, self.n_outputs
+        sums = all_reduce_sum(self._batch_sums(X, Y, w, j))
         wsum = float(sums[r * C + C + 1])
         if wsum <= 0:
             self.t -= 1
@@ -401,6 +375,37 @@ class DoublyStochasticModel:
             self.offset -= gamma * (dtau - self.alpha)
         self._update_average()
         return mean_loss
+
+    def _batch_sums(self, X, Y, w, j: int) -> torch.Tensor:
+        """Sums over this process's rows of the batch, to be all-reduced: the gradient of block
+        ``j`` (r C), of the intercept (C), the loss, the weight, [the offset derivative (C)],
+        [Phi^T W Phi (r^2) with the block preconditioner]."""
+        r, C = self.block_size, self.n_outputs
+        if X.shape[0] == 0:  # a data-parallel process holding no row of this global batch
+            self.block(j)
+            size = r * C + C + 2 + (C if self.loss.has_offset else 0) + (
+                r * r if self.precondition is not None else 0)
+            return torch.zeros(size, dtype=self.dtype, device=self.device)
+        Y = Y.reshape(X.shape[0], -1)
+        F = self.decision_function(X)
+        if not torch.isfinite(F).all():
+            raise DivergenceError(
+                f"Doubly stochastic training diverged at iteration {self.t} (non-finite "
+                "predictions); lower eta0 or use a decreasing learning rate."
+            )
+        target = torch.full_like(F, self.offset) if self.loss.has_offset else Y
+        G = self.loss.derivative(F, target) * w[:, None]  # (b, C)
+        fb = self.block(j)
+        loss_sum = (self.loss.value(F, target) * w).sum()[None]
+        parts = [fb.t_matmul(X, G).reshape(-1), G.sum(0), loss_sum, w.sum()[None]]
+        if self.loss.has_offset:
+            # a loss with an offset (the novelty loss) defines its derivative in the offset
+            d_offset = cast(Any, self.loss).offset_derivative(F, target)
+            parts.append(d_offset.mul(w[:, None]).sum(0))
+        if self.precondition is not None:
+            Phi = fb(X)  # (b, r)
+            parts.append((Phi.T @ (Phi * w[:, None])).reshape(-1))
+        return torch.cat(parts)
 
     def _update_average(self):
         if not self.average or self.t < self.average:

@@ -15,45 +15,23 @@ Every estimator with ``validation_fraction`` holds out rows by the same rule, so
 
 The split depends on neither the row order nor y, copies of a row fall on the same side, and an
 integer sample weight acts as repeating the row.
+
+:func:`split_holdout` applies the rule to any :class:`~kernelflow.sources.DataSource` (rows in
+memory, a stream, one process's shard of a data set) and is what every early-stopped fit calls.
 """
 
 from __future__ import annotations
 
-import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from ..collectives import all_reduce_sum
+from ..sources import ArraySource, Block, DataSource, SubsetSource
+
 __all__ = ["row_content_hash", "holdout_weights", "holdout_indices", "holdout_stream_mask",
-           "resolve_seed", "validation_split"]
-
-
-def validation_split(n: int, validation_fraction: float,
-                     random_state=None) -> tuple[np.ndarray, np.ndarray]:
-    """Random split of ``range(n)`` into training and validation indices.
-
-    The validation part has ``ceil(validation_fraction * n)`` rows (at least 1) and the training
-    part at least one row. (The estimators use :func:`validation_weights`, which splits by row
-    content and respects sample weights.)
-
-    Examples
-    --------
-    >>> tr, va = validation_split(10, 0.2, random_state=0)
-    >>> len(tr), len(va), sorted(np.r_[tr, va].tolist()) == list(range(10))
-    (8, 2, True)
-    """
-    if not 0.0 < float(validation_fraction) < 1.0:
-        raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}.")
-    if n < 2:
-        raise ValueError(
-            f"early stopping needs at least 2 samples to hold out a validation set, got {n} "
-            "sample."
-        )
-    rng = random_state if isinstance(random_state, np.random.RandomState) else \
-        np.random.RandomState(random_state)
-    n_val = min(n - 1, max(1, math.ceil(validation_fraction * n)))
-    perm = rng.permutation(n)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+           "resolve_seed", "HoldoutSplit", "split_holdout"]
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -204,3 +182,119 @@ def holdout_stream_mask(X_block: torch.Tensor, validation_fraction: float,
         raise ValueError(f"validation_fraction must be in (0, 1), got {validation_fraction}.")
     u = row_content_hash(X_block, seed).astype(np.float64) / 2.0**64
     return u < float(validation_fraction)
+
+
+class _StreamSide(SubsetSource):
+    """The rows of a stream on one side of :func:`holdout_stream_mask`; blocks keep their global
+    ``start``."""
+
+    def __init__(self, source: DataSource, fraction: float, seed: int, validation: bool):
+        super().__init__(source, keep=None)
+        self.fraction, self.seed, self.validation = fraction, seed, validation
+
+    def _mask(self, block: Block) -> np.ndarray:
+        m = holdout_stream_mask(block.X, self.fraction, self.seed)
+        return m if self.validation else ~m
+
+
+class HoldoutSplit(NamedTuple):
+    """The two sides of a source under the holdout rule (:func:`split_holdout`).
+
+    ``train`` and ``validation`` are sources over the rows of each side (blocks keep their
+    global ``start``); ``validation_indices`` are the sorted global positions of the held-out
+    rows and ``train_indices`` those of the training rows (None when not computed: a stream
+    split without ``global_positions``). Rows of weight 0 in memory are on neither side.
+    """
+
+    train: DataSource
+    validation: DataSource
+    train_indices: np.ndarray | None
+    validation_indices: np.ndarray
+
+
+def _position_sides(source: DataSource, val_idx: np.ndarray, train_idx: np.ndarray
+                    ) -> HoldoutSplit:
+    in_val = np.zeros(source.n_samples, dtype=bool)  # by global position
+    in_val[val_idx] = True
+    return HoldoutSplit(SubsetSource(source, lambda s, b: ~in_val[s:s + b]),
+                        SubsetSource(source, lambda s, b: in_val[s:s + b]),
+                        np.asarray(train_idx, dtype=np.int64),
+                        np.asarray(val_idx, dtype=np.int64))
+
+
+def _stream_sides(source: DataSource, fraction: float, seed: int,
+                  global_positions: bool) -> HoldoutSplit:
+    held = [b.start + np.flatnonzero(holdout_stream_mask(b.X, fraction, seed))
+            for b in source._raw_blocks(1 << 16)]
+    val_idx = np.sort(np.concatenate(held)).astype(np.int64) if held else \
+        np.zeros(0, dtype=np.int64)
+    train_idx = None
+    if global_positions:  # every process's held-out rows (one all-reduce of an (n,) mask)
+        mask = torch.zeros(source.n_samples, dtype=torch.float64)
+        mask[torch.from_numpy(val_idx)] = 1.0
+        in_val = all_reduce_sum(mask).numpy() > 0.5
+        val_idx, train_idx = np.flatnonzero(in_val), np.flatnonzero(~in_val)
+    return HoldoutSplit(_StreamSide(source, fraction, seed, validation=False),
+                        _StreamSide(source, fraction, seed, validation=True),
+                        train_idx, val_idx)
+
+
+def split_holdout(source: DataSource, validation_fraction: float, seed: int, *,
+                  rows: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+                  global_positions: bool = False) -> HoldoutSplit:
+    """Split any source into a training and a validation side by the one holdout rule.
+
+    Rows held in memory are split by :func:`holdout_indices` (exactly
+    ``ceil(validation_fraction * n)`` of n distinct unweighted rows): an
+    :class:`~kernelflow.sources.ArraySource`, or any source (a process's shard included) whose
+    global rows are given as ``rows = (X, sample_weight)`` in position order. A stream is split
+    block by block by :func:`holdout_stream_mask` (the same hash order, so the two nest). The
+    global positions of a stream's held-out rows are those this process reads, or with
+    ``global_positions`` those of all processes. Collective: the side sizes are summed over the
+    processes (identity without a process group), and an empty side raises ``ValueError`` on
+    every process. Cost O(n d) (one pass for a stream).
+
+    Parameters
+    ----------
+    source : DataSource
+        Rows by global position (``Block.start``).
+    validation_fraction : float in (0, 1)
+    seed : int
+        :func:`resolve_seed` of the estimator's ``random_state``, drawn once per fit.
+    rows : (tensor of shape (n, d), tensor of shape (n,) or None), optional
+        All n rows of the data set and their weights, in global order (gathered from the
+        processes holding them); ignored unless ``n == source.n_samples``.
+    global_positions : bool, default=False
+        For a stream: all processes' positions, and ``train_indices`` too.
+
+    Returns
+    -------
+    HoldoutSplit
+
+    Examples
+    --------
+    >>> X = torch.arange(20, dtype=torch.float64)[:, None]
+    >>> split = split_holdout(ArraySource(X, X[:, 0]), 0.1, seed=0)
+    >>> split.train.n_samples, split.validation.n_samples, len(split.validation_indices)
+    (18, 2, 2)
+    """
+    fraction = float(validation_fraction)
+    if isinstance(source, ArraySource):
+        train_idx, val_idx = holdout_indices(source.X, fraction, seed, y=source.y,
+                                             sample_weight=source.sample_weight)
+        split = _position_sides(source, val_idx, train_idx)
+    elif rows is not None and rows[0].shape[0] == source.n_samples:
+        train_idx, val_idx = holdout_indices(rows[0], fraction, seed, sample_weight=rows[1])
+        split = _position_sides(source, val_idx, train_idx)
+    else:
+        split = _stream_sides(source, fraction, seed, global_positions)
+    # sides of a shard count this process's rows
+    counts = all_reduce_sum(torch.tensor([split.train.n_samples, split.validation.n_samples],
+                                         dtype=torch.float64))
+    if counts.min() == 0:
+        raise ValueError(
+            f"early stopping with validation_fraction={validation_fraction} leaves an empty "
+            f"training or validation set ({int(counts[0])} training and {int(counts[1])} "
+            f"validation rows of {source.n_samples} samples)."
+        )
+    return split
