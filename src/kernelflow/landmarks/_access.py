@@ -1,10 +1,10 @@
 """Access to a Gram matrix through blocks and products, shared by every selector.
 
 Selectors never assume that the full ``n x n`` kernel matrix is stored. They see a
-:class:`GramAccess`: a square :class:`kernelflow.operators.LinearOperator` with the diagonal,
-column blocks ``K[:, idx]`` and the three products that the continuous method needs
-(``K[idx, :] V``, ``K[:, idx] V`` and ``K[idx, idx] V``), all derived from the operator. Three
-constructors pick the operator:
+:class:`GramAccess`: a square :class:`kernelflow.operators.LinearOperator` over the operator
+that computes the entries, with the diagonal, column blocks ``K[:, idx]`` and the three
+products that the continuous method needs (``K[idx, :] V``, ``K[:, idx] V`` and
+``K[idx, idx] V``), all derived from that operator. Three constructors pick the operator:
 
 * :class:`DenseGram`: a stored PSD matrix (a :class:`~kernelflow.operators.DenseOperator`;
   small problems, tests, precomputed kernels);
@@ -78,10 +78,15 @@ def stored_gram(X, kernel, k, *, max_n: int, why: str):
     return X, k, DenseGram(K, check_psd=False)
 
 
-class GramAccess:
-    """A symmetric PSD matrix ``K`` of size ``n x n`` seen through a square operator.
+class GramAccess(LinearOperator):
+    """A symmetric PSD matrix ``K`` of size ``n x n``: a square operator over another one.
 
-    ``idx=None`` means all indices. Products take ``V`` of shape ``(len, t)`` or ``(len,)``.
+    Every :class:`~kernelflow.operators.LinearOperator` method works on it and is passed to the
+    wrapped operator ``op``, so a stored matrix keeps its free blocks and a kernel its tiled
+    products. What the selectors add: ``n``, the products on index subsets
+    (``rows_matmul``, ``cols_matmul``, ``sub_matmul``), ``sub_block``, ``stored`` and the
+    checked diagonal. ``idx=None`` means all indices. Products take ``V`` of shape
+    ``(len, t)`` or ``(len,)``.
 
     Parameters
     ----------
@@ -94,7 +99,30 @@ class GramAccess:
             raise ValueError(f"a Gram matrix must be square, got shape {op.shape}")
         self.op = op
         self.n = op.shape[0]
-        self.dtype = op.dtype
+        self.options = op.options
+
+    shape = property(lambda self: self.op.shape)
+    dtype = property(lambda self: self.op.dtype)
+    device = property(lambda self: self.op.device)
+    symmetric = property(lambda self: True)
+
+    def _matmul(self, V):
+        return self.op._matmul(V)
+
+    def _t_matmul(self, V):
+        return self.op._t_matmul(V)
+
+    def _kt_k_matmul(self, V, W, row_weights):
+        return self.op._kt_k_matmul(V, W, row_weights)
+
+    def _block(self, rows, cols):
+        return self.op._block(rows, cols)
+
+    def _diagonal(self):
+        return self.op._diagonal()
+
+    def _subset(self, rows, cols):
+        return self.op._subset(rows, cols)
 
     def diagonal(self) -> torch.Tensor:  # shape: (n,)
         return self.op.diagonal()
@@ -179,7 +207,6 @@ class KernelGram(GramAccess):
         X = X if isinstance(X, torch.Tensor) else as_tensor(X)
         self.kernel = kernel
         self.X = X
-        self.options = options
         op: LinearOperator = (KernelOperator(kernel, X, options=options)
                               if isinstance(kernel, Kernel) else _CallOperator(kernel, X))
         if cache and op.fits_in_memory():
@@ -194,7 +221,12 @@ class KernelGram(GramAccess):
 
 class _CallOperator(LinearOperator):
     """K(X, X) for any object with ``kernel(X1, X2)`` and ``kernel.diag(X)`` (not a
-    :class:`~kernelflow.kernels.Kernel`): blocks are exactly the entries asked for."""
+    :class:`~kernelflow.kernels.Kernel`): blocks are exactly the entries asked for.
+
+    A :class:`~kernelflow.operators.KernelOperator` needs a :class:`~kernelflow.kernels.Kernel`
+    (its block interface drives the tiling and the memory budget); this operator serves the
+    plain callables selectors also accept, with products by row panels of 1024.
+    """
 
     def __init__(self, kernel, X):
         self.kernel, self.X = kernel, X
