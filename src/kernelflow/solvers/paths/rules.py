@@ -420,16 +420,16 @@ class HuberRule(PathRule):
         driver keeps between steps) for each residual shape; a bare tensor mask is read at
         every call.
         """
+        n = shape[-1]
+        if mask is None:  # every row trains (n > 0: checked by the caller)
+            return None, (n - 1) // 2, n - 1
         cache = mask.cache if isinstance(mask, RowMask) else None
         if cache is not None and ("huber", shape) in cache:
             return cache[("huber", shape)]
-        n = shape[-1]
-        mask = _mask_tensor(mask)
-        if mask is None:
-            keep, count = None, np.full(1, n, dtype=np.int64)
-        else:
-            keep = np.ascontiguousarray(np.broadcast_to((mask > 0).numpy(), shape)).reshape(-1, n)
-            count = keep.sum(-1, dtype=np.int64)
+        tensor = _mask_tensor(mask)
+        assert tensor is not None
+        keep = np.ascontiguousarray(np.broadcast_to((tensor > 0).numpy(), shape)).reshape(-1, n)
+        count = keep.sum(-1, dtype=np.int64)
         if not bool((count > 0).all()):
             rows = None
         elif bool((count == count[0]).all()):
