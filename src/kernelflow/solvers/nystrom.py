@@ -1116,7 +1116,31 @@ def _preconditioned_system(P: NystromPreconditioner, gram, b: torch.Tensor,
                      x0=None if start is None else P.inverse(start), to_coef=P.apply)
 
 
-class _CGMonitor:
+class _ValidationScore:
+    """Validation early stopping of a CG run: ``score`` measures the mean squared error on the
+    validation rows, feeds ``monitor`` and keeps the best coefficients in
+    ``state["best_coef"]``."""
+
+    run: _NystromRun
+    monitor: EarlyStopping
+    state: dict[str, Any]
+
+    def score(self, k: int, coef: torch.Tensor) -> bool:
+        """Validation MSE of ``coef`` after pass ``k``; True when the monitor stops."""
+        run = self.run
+        if run.validation is None:  # no validation rows: nothing to stop on
+            return False
+        mse = nystrom_validation_mse(run.validation, run.kernel, run.C, coef,
+                                     y_offset=run.y_offset, dtype=run.dtype,
+                                     options=run.options, block_size=run.block_size,
+                                     cache=run.val_cache)
+        stop = self.monitor.update(k, mse)
+        if self.monitor.best_iteration == k:
+            self.state["best_coef"] = coef.clone()
+        return stop
+
+
+class _CGMonitor(_ValidationScore):
     """The callback of a Nyström CG run, called after every pass: the change rule
     (:func:`cg_energy_change`), the progress bar, validation early stopping (the best
     coefficients kept), the user's callback and the checkpoint. ``state`` holds the counters
@@ -1144,20 +1168,6 @@ class _CGMonitor:
                             desc="Nystrom CG", verbose=run.verbose, unit="pass",
                             upper_bound=True)
         self.r_norm = torch.linalg.vector_norm(rhs, dim=0).clamp_min(1e-300)
-
-    def score(self, k: int, coef: torch.Tensor) -> bool:
-        """Validation MSE of ``coef`` after pass ``k``; True when the monitor stops."""
-        run = self.run
-        if run.validation is None:  # no validation rows: nothing to stop on
-            return False
-        mse = nystrom_validation_mse(run.validation, run.kernel, run.C, coef,
-                                     y_offset=run.y_offset, dtype=run.dtype,
-                                     options=run.options, block_size=run.block_size,
-                                     cache=run.val_cache)
-        stop = self.monitor.update(k, mse)
-        if self.monitor.best_iteration == k:
-            self.state["best_coef"] = coef.clone()
-        return stop
 
     def __call__(self, k: int, X: torch.Tensor, R: torch.Tensor) -> bool:
         state, run = self.state, self.run

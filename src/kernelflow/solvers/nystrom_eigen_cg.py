@@ -58,10 +58,10 @@ from .nystrom import (
     _NystromRun,
     _require_targets,
     _resolve_tol,
+    _ValidationScore,
     cg_energy_change,
     nystrom_normal_matvec,
     nystrom_rhs,
-    nystrom_validation_mse,
 )
 
 __all__ = ["EigenPreconditioner", "eigen_preconditioner", "default_rank", "nystrom_eigen_cg"]
@@ -242,7 +242,7 @@ def nystrom_eigen_cg(
         res = conjugate_gradient(matvec, b, x0=x0, max_iter=max_iter, tol=run.tol * run.tol,
                                  preconditioner=P.apply_inverse, callback=watch)
     reason = "residual" if res.converged else watch.state["reason"]
-    return _cg_solution(run, res, res.x.reshape(M, t), watch.state["best"], watch.monitor,
+    return _cg_solution(run, res, res.x.reshape(M, t), watch.state["best_coef"], watch.monitor,
                         reason, stopped_early=reason == "validation", solver="eigen_cg",
                         log=logger)
 
@@ -266,7 +266,7 @@ def _eigen_cg_system(run: _NystromRun) -> tuple[torch.Tensor, Callable[[torch.Te
     return b, matvec
 
 
-class _EigenCGMonitor:
+class _EigenCGMonitor(_ValidationScore):
     """The callback of an eigen-CG run: the change rule (:func:`cg_energy_change`), the bar,
     validation early stopping (the best coefficients kept) and the user's callback."""
 
@@ -275,26 +275,12 @@ class _EigenCGMonitor:
         self.run, self.b, self.callback = run, b, callback
         self.monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
         self.state: dict[str, Any] = {
-            "best": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
+            "best_coef": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
             "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW)}
         if run.validation is not None:
             self.score(0, torch.zeros(run.M, run.t, dtype=_F64) if x0 is None else x0)
         self.bar = progress(total=run.max_iter, desc="Nystrom eigen-CG", verbose=run.verbose,
                             unit="pass", upper_bound=True)
-
-    def score(self, k: int, coef: torch.Tensor) -> bool:
-        """Validation MSE of ``coef`` after pass ``k``; True when the monitor stops."""
-        run = self.run
-        if run.validation is None:  # no validation rows: nothing to stop on
-            return False
-        mse = nystrom_validation_mse(run.validation, run.kernel, run.C, coef,
-                                     y_offset=run.y_offset, dtype=run.dtype,
-                                     options=run.options, block_size=run.block_size,
-                                     cache=run.val_cache)
-        stop = self.monitor.update(k, mse)
-        if self.monitor.best_iteration == k:
-            self.state["best"] = coef.clone()
-        return stop
 
     def __call__(self, k: int, X: torch.Tensor, R: torch.Tensor) -> bool:
         state = self.state
