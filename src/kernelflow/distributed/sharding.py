@@ -4,8 +4,8 @@ The rows of a data set of n rows are split into contiguous, balanced ranges, pro
 rows [floor(r n / p), floor((r + 1) n / p)). :class:`ShardSource` wraps the process's rows (any
 :class:`kernelflow.sources.DataSource`) and presents the *global* data set to the solvers:
 
-* blocks carry their global row positions, so hash-based validation splits
-  (:meth:`DataSource.split`) are the same as on one process;
+* blocks carry their global row positions, so the holdout split of a stream
+  (:func:`kernelflow.utils.holdout.split_holdout`) is the same as on one process;
 * ``n_samples`` is the global row count and :meth:`ShardSource.take` fetches rows by global
   position from whichever process holds them (one all-reduce of the requested rows only).
 
