@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -39,10 +38,6 @@ from ._uncertainty import nystrom_predict as _predict_with_uncertainty
 
 __all__ = ["NystromKernelRidge"]
 
-logger = logging.getLogger(__name__)
-
-_DTYPES = COMPUTE_DTYPES
-
 #: Constraints shared by the Nyström estimators.
 NYSTROM_CONSTRAINTS = {
     "n_components": [Interval(Integral, 1, None, closed="left")],
@@ -52,7 +47,7 @@ NYSTROM_CONSTRAINTS = {
     "validation_fraction": [Interval(Real, 0, 1, closed="neither")],
     "n_iter_no_change": [Interval(Integral, 1, None, closed="left")],
     "warm_start": ["boolean"],
-    "dtype": [StrOptions(set(_DTYPES)), None],
+    "dtype": [StrOptions(set(COMPUTE_DTYPES)), None],
     "block_size": [Interval(Integral, 1, None, closed="left"), None],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
@@ -68,7 +63,7 @@ def _nystrom_predict_output(estimator, X):
     coef = estimator.dual_coef_
     coef2 = coef.reshape(coef.shape[0], -1)
     f = nystrom_predict(estimator.kernel_, estimator.centers_, coef2, Xt,
-                        dtype=_DTYPES[estimator.compute_dtype_], options=estimator.options)
+                        dtype=COMPUTE_DTYPES[estimator.compute_dtype_], options=estimator.options)
     f = f + estimator.intercept_.reshape(1, -1).to(f.dtype)
     out = f[:, 0] if coef.ndim == 1 else f
     return to_output(out.to(Xt.dtype), kind)
