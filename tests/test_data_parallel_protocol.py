@@ -245,3 +245,20 @@ def test_an_empty_side_is_refused_with_one_message(make):
     with pytest.raises(ValueError, match=r"validation_fraction=1e-06 leaves an empty training "
                                          r"or validation set \(3 training and 0 validation"):
         split_holdout(ChunkSource([(X, y)]), 1e-6, seed=0)
+
+
+def _nystrom_holdout_without_seed():
+    X, y, _ = _data(120)
+    lo, hi = shard_range(len(X))
+    np.random.seed(rank())  # independent processes (torchrun) draw differently for None
+    est = NystromKernelRidge(10, alpha=1e-3, sigma=1.0, early_stopping=True, solver="cg",
+                             max_iter=3, random_state=None).fit(X[lo:hi], y[lo:hi])
+    return {"val": est.validation_indices_, "coef": est.dual_coef_.numpy()}
+
+
+def test_two_processes_hold_out_the_same_rows_without_a_random_state():
+    # the prepare stage decides the holdout once for all processes (process 0's seed)
+    out = spawn(_nystrom_holdout_without_seed, 2, timeout=30, max_seconds=60)
+    np.testing.assert_array_equal(out[0]["val"], out[1]["val"])
+    np.testing.assert_array_equal(out[0]["coef"], out[1]["coef"])
+    assert len(out[0]["val"]) == 12

@@ -205,9 +205,15 @@ def _shared_kernel(kernel: Kernel) -> Kernel:
 
 def _holdout_seed(random_state, rng: np.random.RandomState) -> int:
     """The holdout seed: ``random_state`` itself when it is an integer (so every estimator holds
-    out the same rows for the same ``random_state``), else a draw from the fit's generator."""
+    out the same rows for the same ``random_state``), else a draw from the fit's generator,
+    process 0's in a process group (``random_state=None`` draws differently on every process,
+    and every process must hold out the same rows)."""
     drawn = int(rng.randint(0, 2**31 - 1))  # drawn in both cases: the centres stay the same
-    return int(random_state) if isinstance(random_state, Integral) else drawn
+    if isinstance(random_state, Integral):
+        return int(random_state)
+    if is_distributed():
+        drawn = int(broadcast(torch.tensor([drawn], dtype=torch.int64))[0])
+    return drawn
 
 
 def _previous_fit(estimator) -> tuple | None:
