@@ -34,7 +34,7 @@ from ..solvers.doubly_stochastic import (
     batch_pass,
     run_epochs,
 )
-from ..sources import ArraySource
+from ..sources import ArraySource, DataSource
 from ..utils._atomic import AtomicFitMixin
 from ..utils._progress import progress
 from ..utils._validation import check_X
@@ -360,7 +360,7 @@ class DoublyStochasticDataParallel:
         shard = ShardSource(ArraySource(Xt, Y, swt, validate=False))
         return self._global_plan(shard, Xt, Y, swt, resume=False, partial=False)
 
-    def data_parallel_step(self, shard: ShardSource, plan: FitPlan) -> LocalResult:
+    def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
         """Epochs (or one in-order pass) of global mini-batches over this process's rows."""
         est, p = cast(Any, self), plan.state
         if p.partial:
