@@ -274,6 +274,19 @@ def test_class_of_the_wrong_kind_is_refused(saved):
         load_model(saved)
 
 
+@pytest.mark.parametrize("kind", [["dict"], {"type": "dict"}, 3, None, "", "pickle",
+                                  "__init__", "_decode_dict"])
+def test_unknown_node_types_are_refused(saved, kind):
+    # a node type that is not a string naming a decoder is refused, never looked up further
+    # (an unhashable one already by the class pre-pass, as a malformed file)
+    def edit(meta, arrays):
+        meta["estimator"]["params"]["items"].append(["kernel", {"type": kind, "items": []}])
+
+    _edit(saved, edit)
+    with pytest.raises(ModelFileError, match="unknown metadata node type|malformed model file"):
+        load_model(saved)
+
+
 def test_registry_holds_only_classes_and_no_exceptions():
     table = model_classes()
     assert table, "the registry is empty"

@@ -392,3 +392,69 @@ def test_subset_operators_match_dense_blocks(make):
     torch.testing.assert_close(sub.to_dense(), dense[rows][:, rows])
     assert sub.symmetric == op.symmetric
     assert op.subset() is op
+
+
+# ---- the selectors' Gram matrices are operators over the operator they wrap -----------------
+class _PlainCallable:
+    """A kernel-like callable that is not a Kernel (no tiling interface)."""
+
+    def __call__(self, X1, X2):
+        return Gaussian(0.7)(X1, X2)
+
+    def diag(self, X):
+        return torch.ones(X.shape[0], dtype=X.dtype)
+
+
+class TestKernelGramContract(OperatorContract):
+    square_only = True
+
+    def make(self, dtype, n1, n2):
+        from kernelflow.landmarks import KernelGram
+
+        X1, _ = _data(dtype, n1, 1, seed=11)
+        k = Laplace(0.9)
+        return KernelGram(k, X1, options=SMALL_TILES), k(X1, X1)
+
+
+class TestCallableKernelGramContract(OperatorContract):
+    square_only = True
+
+    def make(self, dtype, n1, n2):
+        from kernelflow.landmarks import KernelGram
+
+        X1, _ = _data(dtype, n1, 1, seed=12)
+        return KernelGram(_PlainCallable(), X1), Gaussian(0.7)(X1, X1)
+
+
+class TestDenseGramContract(OperatorContract):
+    square_only = True
+
+    def make(self, dtype, n1, n2):
+        from kernelflow.landmarks import DenseGram
+
+        X1, _ = _data(dtype, n1, 1, seed=13)
+        K = Gaussian(1.2)(X1, X1)
+        return DenseGram(K, check_psd=False), K.clone()
+
+
+class TestFeatureGramContract(OperatorContract):
+    square_only = True
+
+    def make(self, dtype, n1, n2):
+        from kernelflow.landmarks import FeatureGram
+
+        A = torch.randn(7, n1, generator=torch.Generator().manual_seed(14),
+                        dtype=torch.float64).to(dtype)
+        return FeatureGram(A), A.T @ A
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_gram_subsets_are_the_wrapped_operators_own(cache):
+    from kernelflow.landmarks import KernelGram
+
+    X = torch.randn(30, 3, generator=torch.Generator().manual_seed(15), dtype=torch.float64)
+    gram = KernelGram(Gaussian(1.0), X, cache=cache)
+    sub = gram.subset([2, 5], [7])
+    assert type(sub) is type(gram.op.subset([2, 5], [7]))
+    assert gram.T is gram and gram.stored == cache
+    torch.testing.assert_close(sub.to_dense(), Gaussian(1.0)(X, X)[[2, 5]][:, [7]])
