@@ -1,3 +1,4 @@
+import _helpers
 import numpy as np
 import pytest
 import torch
@@ -28,3 +29,18 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 def device(request):
     """The device of a test's tensors: the CPU always, a CUDA device when there is one."""
     return torch.device(request.param)
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op torch thread during each test of a module that asks for it, restored after
+    (``pytestmark = pytest.mark.usefixtures("one_thread")``); see :func:`_helpers.one_thread`."""
+    with _helpers.one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def one_thread_per_module():
+    """:func:`one_thread` held once for a whole module, its module-scoped fixtures included."""
+    with _helpers.one_thread():
+        yield
