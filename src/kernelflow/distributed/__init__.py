@@ -7,7 +7,8 @@ on all rows.
 :mod:`.launch` starts and supervises process groups (``torchrun`` or :func:`spawn`) with bounded
 timeouts; :mod:`.cv` spreads cross-validation grids over processes. Command line:
 ``torchrun --standalone --nproc_per_node=N -m kernelflow.distributed fit ...`` (see
-``docs/distributed.md``).
+``docs/distributed.md``). An estimator fits data-parallel by implementing the protocol of
+:mod:`.protocol` (prepare, local step, reduce, finish); :func:`distributed_fit` runs it.
 """
 
 from ..collectives import all_reduce_sum, broadcast, is_distributed, local_only, rank, world_size
@@ -20,6 +21,13 @@ from .launch import (
     init_process_group,
     save_model_rank0,
     spawn,
+)
+from .protocol import (
+    DataParallelEstimator,
+    FitPlan,
+    LocalResult,
+    fit_data_parallel,
+    reduce_sums,
 )
 from .sharding import (
     ShardSource,
@@ -51,6 +59,11 @@ __all__ = [
     "shard_npy",
     "shard_parquet",
     "check_consistent",
+    "DataParallelEstimator",
+    "FitPlan",
+    "LocalResult",
+    "fit_data_parallel",
+    "reduce_sums",
     "as_shard",
     "distributed_fit",
     "distributed_path_cv",

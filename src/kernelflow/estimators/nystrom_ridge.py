@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 
@@ -25,6 +24,7 @@ from ..solvers.variance import nystrom_posterior
 from ..sources import DataSource
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, to_output
+from ..utils._warnings import warn_caller
 from ..utils.checkpoint import CHECKPOINT_CONSTRAINTS, data_fingerprint, fit_checkpoint
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin, fit_random_state
 from ._hyperparameters import (
@@ -461,12 +461,12 @@ class NystromKernelRidge(_NystromBase):
         p: _RidgePlan = plan.state
         sol, posterior = result.state
         if not sol.converged and not sol.stopped_early:
-            warnings.warn(
+            warn_caller(
                 f"Nyström CG stopped at max_iter={self.max_iter} with relative residual "
                 f"{sol.residual:.2e} above tol={sol.tolerance:.1e}: the model may be "
                 f"inaccurate. Increase max_iter, loosen tol, use a larger alpha, "
                 f"dtype='float64', or solver='direct'.",
-                ConvergenceWarning, stacklevel=2,
+                ConvergenceWarning,
             )
         self._store_common(p.data, sol.coef, p.intercept)
         self.n_iter_ = sol.n_iter

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from numbers import Real
 from typing import TYPE_CHECKING, Literal
@@ -18,6 +17,7 @@ from ..distributed.auto import fit_scope
 from ..distributed.nystrom_prepare import NystromData
 from ..distributed.protocol import FitPlan, LocalResult
 from ..solvers.nystrom_robust import LOSSES, nystrom_robust
+from ..utils._warnings import warn_caller
 from ..utils.checkpoint import data_fingerprint, fit_checkpoint
 from .nystrom_ridge import NYSTROM_CONSTRAINTS, _NystromBase
 
@@ -264,9 +264,9 @@ class NystromRobustRegressor(_NystromBase):
         sol = result.state
         if (self.learning_rate == "auto" and not sol.converged and not sol.stopped_early
                 and self.max_iter >= 10):
-            warnings.warn(
+            warn_caller(
                 f"Nyström {self.loss} descent stopped at max_iter={self.max_iter} before "
-                f"reaching tol={self.tol}.", ConvergenceWarning, stacklevel=2,
+                f"reaching tol={self.tol}.", ConvergenceWarning,
             )
         self._store_common(plan.state.data, sol.coef, sol.intercept)
         self.n_iter_ = sol.n_iter
