@@ -29,14 +29,7 @@ from kernelflow.kernels import Gaussian
 from kernelflow.solvers.path_cv import early_stopping_path_cv
 from kernelflow.solvers.paths import sign_gradient_path
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # LAPACK eigh with several OpenMP threads on a busy machine is orders of magnitude slower
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
 SMALL = dict(sigmas=[0.3, 3.0], cv=3, max_iter=150, n_iter_no_change=20, random_state=0)

@@ -35,12 +35,7 @@ from kernelflow.landmarks import (
 D = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
 def _X(n=60, d=2, seed=0):

@@ -30,13 +30,7 @@ from kernelflow.landmarks._relaxation import _L, _Solver
 D = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # tiny dense problems: thread hand-offs cost more than they save on a shared machine
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
 def _data(n=6, m=4, seed=0):

@@ -17,13 +17,7 @@ from kernelflow.solvers.m_estimators import (
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # LAPACK eigh with several OpenMP threads on a busy machine is orders of magnitude slower
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,7 @@ from kernelflow.estimators.nystroem import Nystroem
 from kernelflow.kernels import Gaussian
 from kernelflow.landmarks import SELECTORS, RPCholesky
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread_per_module")
 
 
 @pytest.mark.parametrize("landmarks", ["uniform", "rpcholesky"])

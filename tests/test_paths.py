@@ -35,14 +35,7 @@ from kernelflow.solvers.paths import (
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # The matrices here are small: with several threads on a shared, loaded machine the BLAS /
-    # LAPACK calls spend far longer waiting for threads than computing (100x for a 100 x 100 eigh).
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _problem(n=30, d=2, seed=0, sigma=1.0, kernel=Gaussian):

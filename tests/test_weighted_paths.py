@@ -31,12 +31,7 @@ PATHS = [gradient_descent_path, sign_gradient_path, coordinate_descent_path]
 PATH_ESTIMATORS = [KernelGradientDescent, KernelSignGradient, KernelCoordinateDescent]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _problem(n=12, seed=0):
