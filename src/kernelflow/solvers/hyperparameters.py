@@ -39,7 +39,7 @@ import torch
 
 from ..kernels import Additive, Gaussian, Kernel, Scaled, _DistanceKernel, median_heuristic
 from ..utils._progress import progress
-from ..utils.holdout import holdout_indices
+from ..utils.holdout import check_sides, holdout_indices
 
 _SIGMA_FACTORS = (1.0, 1 / 3, 3.0, 0.1, 10.0, 1 / 30, 30.0)
 _ALPHA_FACTORS = (1.0, 1e-2, 1e2)
@@ -790,8 +790,7 @@ def _objective(criterion, X, Y, centers, validation_fraction, random_state):
             k(X, centers), k(centers), k.diag(X), Y, a)
     # the project's one holdout rule (kernelflow.utils.holdout)
     tr, val = holdout_indices(X, validation_fraction, random_state)
-    if tr.size == 0:
-        raise ValueError(f"validation_fraction={validation_fraction} leaves no training rows.")
+    check_sides(tr.size, val.size, validation_fraction)
     tr, val = torch.as_tensor(tr, device=X.device), torch.as_tensor(val, device=X.device)
     Ytr, Yval = Y[tr], Y[val]
     # the validation targets are centred on the training mean, like the fitted intercept

@@ -30,8 +30,8 @@ import torch
 from ..collectives import all_reduce_sum
 from ..sources import ArraySource, Block, DataSource, SubsetSource
 
-__all__ = ["row_content_hash", "holdout_weights", "holdout_indices", "holdout_stream_mask",
-           "resolve_seed", "HoldoutSplit", "split_holdout"]
+__all__ = ["check_sides", "row_content_hash", "holdout_weights", "holdout_indices",
+           "holdout_stream_mask", "resolve_seed", "HoldoutSplit", "split_holdout"]
 
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -291,10 +291,24 @@ def split_holdout(source: DataSource, validation_fraction: float, seed: int, *,
     # sides of a shard count this process's rows
     counts = all_reduce_sum(torch.tensor([split.train.n_samples, split.validation.n_samples],
                                          dtype=torch.float64))
-    if counts.min() == 0:
+    check_sides(int(counts[0]), int(counts[1]), validation_fraction)
+    return split
+
+
+def check_sides(n_train: int, n_validation: int, validation_fraction: float) -> None:
+    """The one error for a holdout split with an empty side (``ValueError``).
+
+    Examples
+    --------
+    >>> check_sides(9, 1, 0.1)
+    >>> check_sides(0, 1, 0.9)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: early stopping with validation_fraction=0.9 leaves an empty training or ...
+    """
+    if min(n_train, n_validation) == 0:
         raise ValueError(
             f"early stopping with validation_fraction={validation_fraction} leaves an empty "
-            f"training or validation set ({int(counts[0])} training and {int(counts[1])} "
-            f"validation rows of {source.n_samples} samples)."
+            f"training or validation set ({n_train} training and {n_validation} "
+            f"validation rows of {n_train + n_validation} samples)."
         )
-    return split
