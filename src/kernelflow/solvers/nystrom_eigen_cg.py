@@ -49,15 +49,18 @@ from ..linalg import cholesky, conjugate_gradient
 from ..operators import KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._progress import progress
+from ..utils.checkpoint import Checkpoint
 from ..utils.monitor import EarlyStopping
 from .nystrom import (
     _CHANGE_WINDOW,
     NystromSolution,
+    _cg_checkpoint,
     _cg_solution,
     _nystrom_run,
     _NystromRun,
     _require_targets,
     _resolve_tol,
+    _restore_cg,
     _ValidationScore,
     cg_energy_change,
     nystrom_normal_matvec,
@@ -173,6 +176,7 @@ def nystrom_eigen_cg(
     verbose: int = 0,
     random_state: int = 0,
     moments: tuple[float, torch.Tensor, int] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> NystromSolution:
     """Solve (1) by conjugate gradients with the rank-s eigen-preconditioner (2).
 
@@ -181,6 +185,12 @@ def nystrom_eigen_cg(
     source, kernel, centers, alpha, y_offset, coef0, max_iter, validation, n_iter_no_change,
     dtype, options, block_size, store_kernel, callback, verbose, moments
         As in :func:`kernelflow.solvers.nystrom.nystrom_krr`.
+    checkpoint : Checkpoint, optional
+        Where the state of the run (CG's vectors and scalars, the stopping counters, the
+        validation monitor and best coefficients) is written every ``checkpoint.interval``
+        seconds; a run given a checkpoint holding a state continues from it and ends with the
+        result of an uninterrupted run (the preconditioner, seeded by ``random_state``, is
+        rebuilt identically). As in :func:`kernelflow.solvers.nystrom.nystrom_krr`.
     rank : int, optional
         Number s of centres the preconditioner is built from (default :func:`default_rank`).
     tol : float, optional
@@ -237,10 +247,11 @@ def nystrom_eigen_cg(
     b, matvec = _eigen_cg_system(run)
     x0 = None if coef0 is None else coef0.to(_F64).reshape(M, t)
     watch = _EigenCGMonitor(run, b, matvec, x0, n_iter_no_change=n_iter_no_change,
-                            callback=callback)
+                            callback=callback, checkpoint=checkpoint)
     with watch.bar:
         res = conjugate_gradient(matvec, b, x0=x0, max_iter=max_iter, tol=run.tol * run.tol,
-                                 preconditioner=P.apply_inverse, callback=watch)
+                                 preconditioner=P.apply_inverse, callback=watch,
+                                 state=watch.cg_state)
     reason = "residual" if res.converged else watch.state["reason"]
     return _cg_solution(run, res, res.x.reshape(M, t), watch.state["best_coef"], watch.monitor,
                         reason, stopped_early=reason == "validation", solver="eigen_cg",
@@ -268,19 +279,27 @@ def _eigen_cg_system(run: _NystromRun) -> tuple[torch.Tensor, Callable[[torch.Te
 
 class _EigenCGMonitor(_ValidationScore):
     """The callback of an eigen-CG run: the change rule (:func:`cg_energy_change`), the bar,
-    validation early stopping (the best coefficients kept) and the user's callback."""
+    validation early stopping (the best coefficients kept), the user's callback and the
+    checkpoint (written as a CG checkpoint: ``cg_state`` CG's own vectors, ``state`` the
+    counters; ``early`` and ``res`` are kept only for that layout)."""
 
     def __init__(self, run: _NystromRun, b: torch.Tensor, matvec, x0: torch.Tensor | None, *,
-                 n_iter_no_change: int, callback):
-        self.run, self.b, self.callback = run, b, callback
+                 n_iter_no_change: int, callback, checkpoint: Checkpoint | None = None):
+        self.run, self.b, self.callback, self.checkpoint = run, b, callback, checkpoint
         self.monitor = EarlyStopping(n_iter_no_change=n_iter_no_change)
         self.state: dict[str, Any] = {
             "best_coef": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
-            "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW)}
-        if run.validation is not None:
+            "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW),
+            "early": False, "res": []}
+        self.cg_state: dict[str, Any] = {}
+        saved = checkpoint.load(b.device) if checkpoint is not None else None
+        if saved is not None:
+            _restore_cg(saved, self.cg_state, self.state, self.monitor)
+        elif run.validation is not None:
             self.score(0, torch.zeros(run.M, run.t, dtype=_F64) if x0 is None else x0)
-        self.bar = progress(total=run.max_iter, desc="Nystrom eigen-CG", verbose=run.verbose,
-                            unit="pass", upper_bound=True)
+        self.bar = progress(total=run.max_iter - int(self.cg_state.get("k", 0)),
+                            desc="Nystrom eigen-CG", verbose=run.verbose, unit="pass",
+                            upper_bound=True)
 
     def __call__(self, k: int, X: torch.Tensor, R: torch.Tensor) -> bool:
         state = self.state
@@ -294,5 +313,10 @@ class _EigenCGMonitor(_ValidationScore):
             state["reason"], stop = "validation", True
         if self.callback is not None and self.callback(k, X.clone()):
             state["reason"], stop = "callback", True
+        if (self.checkpoint is not None and not stop
+                and self.cg_state["norms"][-1] > self.run.tol * self.run.tol):
+            # a finished run never resumes (CG stops at this relative residual)
+            self.checkpoint.maybe_save(
+                lambda: _cg_checkpoint(self.cg_state, state, self.monitor))
         return stop
 
