@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from types import FrameType
 
 __all__ = ["SolverConvergenceWarning", "warn_caller"]
 
@@ -26,7 +27,7 @@ class SolverConvergenceWarning(UserWarning):
 def _stacklevel() -> int:
     """The ``stacklevel`` of :func:`warnings.warn` called from :func:`warn_caller` that names
     the first frame outside this package and scikit-learn's fit wrappers."""
-    frame = sys._getframe(2)  # the caller of warn_caller
+    frame: FrameType | None = sys._getframe(2)  # the caller of warn_caller
     level = 2
     while frame is not None:
         name = os.path.abspath(frame.f_code.co_filename)
