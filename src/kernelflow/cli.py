@@ -13,7 +13,8 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Collection, Container, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Hashable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -158,26 +159,44 @@ def _streamed_predictions(model: BaseEstimator, source: Any) -> Iterable[tuple[A
         yield pred, (None if block.y is None else block.y.numpy())
 
 
+def _streamed_scores(model: BaseEstimator, source: Any, scoring: Sequence[str]
+                     ) -> dict[str, float]:
+    """scikit-learn's scorers ``scoring`` over one pass of the source (sums over blocks)."""
+    from kernelflow._streamed_cv import ScoreSums
+
+    sums = ScoreSums()
+    for pred, y in _streamed_predictions(model, source):
+        sums.add(y, pred)
+    return {name: sums.score(name) for name in scoring}
+
+
 def _streamed_score(model: BaseEstimator, source: Any) -> float:
     """R^2 (accuracy for a classifier) over one pass of the source."""
-    import numpy as np
+    name = "accuracy" if _is_classifier(model) else "r2"
+    return _streamed_scores(model, source, [name])[name]
 
-    classifier = _is_classifier(model)
-    n = hits = sse = sy = syy = 0.0
-    for pred, y in _streamed_predictions(model, source):
-        y = y[:, 0] if y.shape[1] == 1 else y
-        pred = pred.reshape(y.shape)
-        n += len(y)
-        if classifier:
-            hits += float(np.sum(pred == y))
-        else:
-            sse += float(np.sum((y - pred) ** 2))
-            sy += float(np.sum(y))
-            syy += float(np.sum(y * y))
-    if classifier:
-        return hits / n
-    sst = syy - sy * sy / n
-    return 1.0 - sse / sst if sst > 0 else float("nan")
+
+def _streams(args: argparse.Namespace, model: BaseEstimator) -> bool:
+    """Whether ``fit``/``evaluate`` read the data block by block instead of loading it."""
+    return (is_parquet_dataset(str(args.data)) and _can_stream(model)
+            and args.max_rows is None)
+
+
+def _check_streamed_scoring(scoring: Sequence[str]) -> None:
+    """Refuse scorers that need every prediction at once (or that scikit-learn lacks)."""
+    from sklearn.metrics import get_scorer_names
+
+    from kernelflow._streamed_cv import STREAMED_SCORERS
+
+    unknown = [s for s in scoring if s not in get_scorer_names()]
+    if unknown:
+        raise CLIError(f"unknown scorer in --scoring {','.join(scoring)}; see scikit-learn's "
+                       "get_scorer_names()")
+    other = [s for s in scoring if s not in STREAMED_SCORERS]
+    if other:
+        raise CLIError(f"--scoring {','.join(other)} cannot be computed on a streamed data set "
+                       f"(streamed scores: {', '.join(STREAMED_SCORERS)}); choose among them, "
+                       "or use --max-rows N to evaluate on N loaded rows")
 
 
 def _can_stream(model: BaseEstimator) -> bool:
@@ -634,8 +653,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
     classifier = _is_classifier(model)
-    if (is_parquet_dataset(str(args.data)) and _can_stream(model) and not args.cv
-            and args.max_rows is None and not args.plot):
+    if _streams(args, model) and not args.plot:
         return _fit_streaming(args, model, stages)
     X, y = _read_xy(args, labels=classifier)
     label = "accuracy" if classifier else "R^2"
@@ -677,27 +695,60 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _fit_streaming(args: argparse.Namespace, model: BaseEstimator, stages: _Stages) -> int:
-    """``fit`` from a Parquet data set read block by block (no scaling, no cross-validation)."""
+    """``fit`` from a Parquet data set read block by block (no scaling), with a streamed
+    cross-validated score unless ``--cv 0``."""
     from kernelflow.io import save_model
 
-    if not args.target:
-        raise CLIError(f"--target is required to fit from {args.data}")
-    source = parquet_source(str(args.data), target=args.target,
-                            features=_split_list(args.features), drop=_split_list(args.drop))
+    source = _streamed_source(args)
+    label = "accuracy" if _is_classifier(model) else "R^2"
+    cv_text, cv_score = _streamed_cv_score(args, model, source, stages)
     stages.say(f"fitting {args.model} on {source.n_samples} rows streamed from "
                f"{len(source.files)} Parquet file(s)")
     start = time.perf_counter()
     _fit_source(model, source)
     elapsed = time.perf_counter() - start
     score = _streamed_score(model, source)
-    label = "accuracy" if _is_classifier(model) else "R^2"
     extra = {"model": args.model, "target": args.target, "features": list(source.features),
              "n_samples": int(source.n_samples), "source": str(args.data),
              "fit_seconds": round(elapsed, 3), "training_score": round(float(score), 6)}
+    if cv_score is not None:
+        extra["cv_score"] = round(cv_score, 6)
     out = save_model(model, args.output, extra=extra)
     print(f"fitted {args.model} on {source.n_samples} rows x {source.n_features} features "
-          f"(streamed) in {format_seconds(elapsed)}; training {label} = {score:.4f}; wrote {out}")
+          f"(streamed) in {format_seconds(elapsed)}; training {label} = {score:.4f}{cv_text}; "
+          f"wrote {out}")
+    if not args.cv:
+        print("(the training score is optimistic; drop --cv 0 to see a cross-validated one)")
     return 0
+
+
+def _streamed_source(args: argparse.Namespace) -> Any:
+    """The Parquet data set of ``fit``/``evaluate`` as a streaming source with its target."""
+    if not args.target:
+        raise CLIError(f"--target is required for {args.data}")
+    return parquet_source(str(args.data), target=args.target,
+                          features=_split_list(args.features), drop=_split_list(args.drop))
+
+
+def _streamed_cv_score(args: argparse.Namespace, model: BaseEstimator, source: Any,
+                       stages: _Stages) -> tuple[str, float | None]:
+    """(text, mean) of the streamed ``--cv`` score of ``fit``; ("", None) without one."""
+    if not args.cv:
+        return "", None
+    n = source.n_samples
+    if n < 2 * args.cv:
+        _note(f"no cross-validated score: {n} rows are too few for --cv {args.cv}")
+        return "", None
+    classifier = _is_classifier(model)
+    scoring = "accuracy" if classifier else "r2"
+    res = _streamed_cross_validate(model, source, args.cv, [scoring], args.seed, stages=stages,
+                                   announce=f"{args.cv}-fold cross-validation of {args.model} "
+                                            f"on {n} rows streamed from {len(source.files)} "
+                                            "Parquet file(s)")
+    v = res[f"test_{scoring}"]
+    label = "accuracy" if classifier else "R^2"
+    return (f"; {args.cv}-fold cross-validated {label} = {v.mean():.4f} +- {_sd(v):.4f}",
+            float(v.mean()))
 
 
 def _predict_streaming(args: argparse.Namespace, model: BaseEstimator, extra: dict,
@@ -850,7 +901,6 @@ def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: in
     """
     import numpy as np
     from sklearn.base import clone
-    from sklearn.exceptions import ConvergenceWarning
     from sklearn.metrics import get_scorer
     from sklearn.model_selection import RepeatedKFold, RepeatedStratifiedKFold
 
@@ -871,28 +921,76 @@ def _cross_validate(model: BaseEstimator, X: pd.DataFrame, y: np.ndarray, cv: in
                            **{f"test_{s}": [] for s in scoring}}
     for k, (train, test) in enumerate(splits):
         est = clone(model)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", ConvergenceWarning)
-            start = time.perf_counter()
-            est.fit(X.iloc[train], y[train])
-            fit_time = time.perf_counter() - start
-        unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
-        for w in caught:  # other warnings are shown as usual
-            if w not in unconverged:
-                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        fit_time, converged = _recorded_fit(partial(est.fit, X.iloc[train], y[train]))
         scores = {s: float(f(est, X.iloc[test], y[test])) for s, f in scorers.items()}
-        for s, v in scores.items():
-            out[f"test_{s}"].append(v)
-        out["fit_time"].append(fit_time)
         out["estimator"].append(est)
-        out["converged"].append(not unconverged)
-        if stages is not None:
-            first = scoring[0]
-            stages.say(f"{label}fold {k + 1}/{len(splits)}: {_score_label(first)} "
-                       f"{_score_sign(first) * scores[first]:.4f}, fit "
-                       f"{format_seconds(fit_time)}"
-                       + ("; did not converge" if unconverged else ""))
+        _record_fold(out, scores, fit_time, converged, stages,
+                     f"{label}fold {k + 1}/{len(splits)}")
     return {k: (v if k in ("estimator", "converged") else np.asarray(v)) for k, v in out.items()}
+
+
+def _recorded_fit(fit: Callable[[], object]) -> tuple[float, bool]:
+    """Run ``fit``; return (seconds, converged): False when it issued a ConvergenceWarning
+    (other warnings are shown as usual)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        start = time.perf_counter()
+        fit()
+        fit_time = time.perf_counter() - start
+    unconverged = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    for w in caught:  # other warnings are shown as usual
+        if w not in unconverged:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+    return fit_time, not unconverged
+
+
+def _record_fold(out: dict[str, Any], scores: dict[str, float], fit_time: float,
+                 converged: bool, stages: _Stages | None, what: str) -> None:
+    """Append one fold's scores, fit time and convergence to ``out``; say them (``stages``)."""
+    for s, v in scores.items():
+        out[f"test_{s}"].append(v)
+    out["fit_time"].append(fit_time)
+    out["converged"].append(converged)
+    if stages is not None:
+        first = next(iter(scores))
+        stages.say(f"{what}: {_score_label(first)} {_score_sign(first) * scores[first]:.4f}, "
+                   f"fit {format_seconds(fit_time)}" + ("" if converged else
+                                                       "; did not converge"))
+
+
+def _streamed_cross_validate(model: BaseEstimator, source: Any, cv: int,
+                             scoring: list[str], seed: int, *, stages: _Stages | None = None,
+                             announce: str | None = None) -> dict[str, Any]:
+    """K-fold cross-validation of a source read block by block (memory flat in its rows).
+
+    The folds are dealt by row position (:mod:`kernelflow._streamed_cv`); each fold's model
+    is fitted on the other folds' rows (:func:`_fit_source`) and scored on its own by sums
+    over predicted blocks. Returns :func:`_cross_validate`'s keys but ``estimator``.
+    """
+    import numpy as np
+    from sklearn.base import clone
+
+    from kernelflow._streamed_cv import FoldSource
+
+    _check_folds(cv)
+    _check_streamed_scoring(scoring)
+    n = source.n_samples
+    if cv > n:
+        raise CLIError(f"--cv {cv} is larger than the number of rows ({n}): a fold would have "
+                       "no rows")
+    if stages is not None and announce:
+        stages.say(announce)
+    out: dict[str, Any] = {"fit_time": [], "converged": [],
+                           **{f"test_{s}": [] for s in scoring}}
+    for k in range(cv):
+        est = clone(model)
+        train = FoldSource(source, cv, k, seed, held_out=False)
+        fit_time, converged = _recorded_fit(partial(_fit_source, est, train))
+        scores = _streamed_scores(est, FoldSource(source, cv, k, seed, held_out=True), scoring)
+        _record_fold(out, scores, fit_time, converged, stages, f"fold {k + 1}/{cv}")
+    return {k: (v if k == "converged" else np.asarray(v)) for k, v in out.items()}
 
 
 def _check_folds(cv: int, repeats: int = 1) -> None:
@@ -903,17 +1001,38 @@ def _check_folds(cv: int, repeats: int = 1) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    import numpy as np
-
     _check_folds(args.cv)
     params = parse_params(args.param).get(None, {})
     model = build_model(args.model, params, scale=not args.no_scale, verbose=args.verbose)
-    X, y = _read_xy(args, labels=_is_classifier(model))
     scoring = _split_list(args.scoring) or _default_scoring(model)
     stages = _stages(args)
-    res = _cross_validate(model, X, y, args.cv, scoring, args.seed, stages=stages,
-                          announce=f"{args.cv}-fold cross-validation of {args.model} on "
-                                   f"{len(X)} rows")
+    if _streams(args, model):
+        _check_streamed_scoring(scoring)  # before the data is read
+        source = _streamed_source(args)
+        n, d = source.n_samples, source.n_features
+        res = _streamed_cross_validate(
+            model, source, args.cv, scoring, args.seed, stages=stages,
+            announce=f"{args.cv}-fold cross-validation of {args.model} on {n} rows streamed "
+                     f"from {len(source.files)} Parquet file(s)")
+        streamed = (f"(data streamed block by block from {len(source.files)} Parquet file(s), "
+                    f"never loaded; folds dealt by row position with seed {args.seed})")
+    else:
+        X, y = _read_xy(args, labels=_is_classifier(model))
+        n, d, streamed = len(X), X.shape[1], None
+        res = _cross_validate(model, X, y, args.cv, scoring, args.seed, stages=stages,
+                              announce=f"{args.cv}-fold cross-validation of {args.model} on "
+                                       f"{n} rows")
+    _print_cv_table(args, res, scoring, n, d)
+    if streamed:
+        print(streamed)
+    return 0
+
+
+def _print_cv_table(args: argparse.Namespace, res: dict[str, Any], scoring: list[str], n: int,
+                    d: int) -> None:
+    """``evaluate``'s result: a header, one row per score and the fit time, convergence."""
+    import numpy as np
+
     rows = []
     for name in scoring:
         v = _score_sign(name) * np.asarray(res[f"test_{name}"])
@@ -921,14 +1040,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                      " ".join(f"{s:.3f}" for s in v)])
     rows.append(["fit time", format_seconds(np.mean(res["fit_time"])),
                  format_seconds(_sd(res["fit_time"])), ""])
-    print(f"{args.model}: {args.cv}-fold cross-validation on {len(X)} rows x {X.shape[1]} "
-          f"features")
+    print(f"{args.model}: {args.cv}-fold cross-validation on {n} rows x {d} features")
     print(format_table(["metric", "mean", "sd", "folds"], rows))
     unconverged = res["converged"].count(False)
     if unconverged:
         print(f"{args.model} did not converge (ConvergenceWarning) in {unconverged} of "
               f"{len(res['converged'])} fits")
-    return 0
 
 
 def _shared_setting(X: pd.DataFrame, y: np.ndarray,
