@@ -227,6 +227,31 @@ def _krr_scores_blocks(X, Y, kernels, lam, vals, out) -> bool:
     return True
 
 
+def _fold_targets(Y, tr, sw, fit_intercept):
+    """Training targets of a batch of folds, ready for the weighted ridge solve.
+
+    ``tr`` (G, m) holds the training rows of G folds. Returns (Ytr, mu, root): the targets
+    (G, m, t) less their (weighted) mean ``mu`` (G, 1, t) per fold (zero without an intercept),
+    times the square root of the weights, and that square root ``root`` (G, m), None without
+    weights (the caller scales its kernel blocks by it).
+    """
+    Ytr = Y[tr]  # (G, m, t)
+    if fit_intercept:
+        if sw is None:
+            mu = Ytr.mean(1, keepdim=True)
+        else:
+            wt = sw[tr][:, :, None]
+            mu = (wt * Ytr).sum(1, keepdim=True) / wt.sum(1, keepdim=True).clamp_min(1e-300)
+        Ytr = Ytr - mu
+    else:
+        mu = torch.zeros(tr.shape[0], 1, Y.shape[1], dtype=Y.dtype, device=Y.device)
+    root = None
+    if sw is not None:
+        root = sw[tr].sqrt()  # (G, m)
+        Ytr = Ytr * root[:, :, None]
+    return Ytr, mu, root
+
+
 def _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out,
                             bar=None):
     """Every (bandwidth, fold) at once through a tridiagonal reduction K = Q T Q^T.
@@ -254,22 +279,10 @@ def _krr_scores_tridiagonal(X, Y, kernels, lam, groups, trains, vals, sw, fit_in
         G, m = tr.shape
         Ktr = Ks[:, tr[:, :, None], tr[:, None, :]]  # (S, G, m, m)
         W = Ks[:, va[:, :, None], tr[:, None, :]]  # (S, G, v, m)
-        Ytr = Y[tr]  # (G, m, t)
-        if fit_intercept:
-            if sw is None:
-                mu = Ytr.mean(1, keepdim=True)
-            else:
-                wt = sw[tr][:, :, None]
-                mu = (wt * Ytr).sum(1, keepdim=True) / wt.sum(1, keepdim=True).clamp_min(
-                    1e-300)
-            Ytr = Ytr - mu
-        else:
-            mu = torch.zeros(G, 1, t, dtype=X.dtype)
-        if sw is not None:
-            root = sw[tr].sqrt()  # (G, m)
+        Ytr, mu, root = _fold_targets(Y, tr, sw, fit_intercept)
+        if root is not None:
             Ktr = root[:, :, None] * Ktr * root[:, None, :]
             W = W * root[:, None, :]
-            Ytr = Ytr * root[:, :, None]
         bound = float(Ktr.abs().sum(-1).amax()) if Ktr.numel() else 0.0  # >= every |eigenvalue|
         if m < 2 or not float(lam.min()) > 8 * m * eps * max(bound, 1.0):
             return False
@@ -325,21 +338,9 @@ def _krr_scores(X, Y, kernels, lam, groups, trains, vals, sw, fit_intercept, out
         for group in groups:
             tr = torch.stack([trains[f] for f in group])  # (G, m)
             Ktr = K[tr[:, :, None], tr[:, None, :]]  # (G, m, m)
-            Ytr = Y[tr]  # (G, m, t)
-            if fit_intercept:
-                if sw is None:
-                    mu = Ytr.mean(1, keepdim=True)
-                else:
-                    wt = sw[tr][:, :, None]
-                    mu = (wt * Ytr).sum(1, keepdim=True) / wt.sum(1, keepdim=True).clamp_min(
-                        1e-300)
-                Ytr = Ytr - mu
-            else:
-                mu = torch.zeros(len(group), 1, Y.shape[1], dtype=X.dtype, device=X.device)
-            if sw is not None:
-                root = sw[tr].sqrt()  # (G, m)
+            Ytr, mu, root = _fold_targets(Y, tr, sw, fit_intercept)
+            if root is not None:
                 Ktr = root[:, :, None] * Ktr * root[:, None, :]
-                Ytr = Ytr * root[:, :, None]
             s, U = torch.linalg.eigh(Ktr)  # (G, m), (G, m, m)
             tiny = s.abs().amax(-1, keepdim=True).clamp_min(1.0) * s.shape[-1] \
                 * torch.finfo(s.dtype).eps  # (G, 1)
