@@ -50,6 +50,27 @@ def _weighted(K, Y, sample_weight):
     return K * sw[:, None] * sw[None, :], Y * sw[:, None], sw
 
 
+def _ridge_system(K, Y, alpha, sample_weight):
+    """The weighted ridge system of the direct solvers.
+
+    Returns (W^{1/2} K W^{1/2}, W^{1/2} y as (n, t), W^{1/2} or None, the penalties as a 1-D
+    tensor of 1 or t values, whether y was 1-D); refuses a count of penalties that is neither.
+    """
+    Y2, squeeze = _as_2d(Y)
+    Kw, Yw, sw = _weighted(K, Y2, sample_weight)
+    alphas = torch.as_tensor(alpha, dtype=K.dtype).reshape(-1)
+    if alphas.numel() not in (1, Y2.shape[1]):
+        raise ValueError(f"alpha has {alphas.numel()} values but y has {Y2.shape[1]} targets.")
+    return Kw, Yw, sw, alphas, squeeze
+
+
+def _ridge_coefficients(C, sw, squeeze):
+    """Coefficients c = W^{1/2} C of the weighted system's solution C, shaped like y."""
+    if sw is not None:
+        C = C * sw[:, None]
+    return C[:, 0] if squeeze else C
+
+
 def krr_cholesky(
     K: torch.Tensor,  # shape: (n, n)
     Y: torch.Tensor,  # shape: (n,) or (n, t)
@@ -73,11 +94,7 @@ def krr_cholesky(
     >>> krr_cholesky(K, torch.tensor([1.0, 0.0], dtype=torch.float64), 1.0).numpy().round(4)
     array([ 0.5333, -0.1333])
     """
-    Y2, squeeze = _as_2d(Y)
-    Kw, Yw, sw = _weighted(K, Y2, sample_weight)
-    alphas = torch.as_tensor(alpha, dtype=K.dtype).reshape(-1)
-    if alphas.numel() not in (1, Y2.shape[1]):
-        raise ValueError(f"alpha has {alphas.numel()} values but y has {Y2.shape[1]} targets.")
+    Kw, Yw, sw, alphas, squeeze = _ridge_system(K, Y, alpha, sample_weight)
     C = torch.empty_like(Yw)
     values = torch.unique(alphas)
     A = Kw.clone() if (Kw is K and not overwrite_k) else Kw
@@ -89,9 +106,7 @@ def krr_cholesky(
         L, _ = cholesky(A, overwrite=len(values) == 1)
         C[:, cols] = cho_solve(L, Yw[:, cols])
         del L
-    if sw is not None:
-        C = C * sw[:, None]
-    return C[:, 0] if squeeze else C
+    return _ridge_coefficients(C, sw, squeeze)
 
 
 def krr_lstsq(
@@ -114,11 +129,7 @@ def krr_lstsq(
     >>> krr_lstsq(K, torch.tensor([1.0, 0.0], dtype=torch.float64), 0.0).numpy().round(4)
     array([0., 1.])
     """
-    Y2, squeeze = _as_2d(Y)
-    Kw, Yw, sw = _weighted(K, Y2, sample_weight)
-    alphas = torch.as_tensor(alpha, dtype=K.dtype).reshape(-1)
-    if alphas.numel() not in (1, Y2.shape[1]):
-        raise ValueError(f"alpha has {alphas.numel()} values but y has {Y2.shape[1]} targets.")
+    Kw, Yw, sw, alphas, squeeze = _ridge_system(K, Y, alpha, sample_weight)
     C = torch.empty_like(Yw)
     eye = torch.eye(K.shape[0], dtype=K.dtype, device=K.device)
     for a in torch.unique(alphas):
@@ -126,9 +137,7 @@ def krr_lstsq(
         A = (Kw + float(a) * eye).double()
         C[:, cols] = torch.linalg.lstsq(A.cpu(), Yw[:, cols].double().cpu(),
                                         driver="gelsd").solution.to(C)
-    if sw is not None:
-        C = C * sw[:, None]
-    return C[:, 0] if squeeze else C
+    return _ridge_coefficients(C, sw, squeeze)
 
 
 def spectrum(K: torch.Tensor, sample_weight: torch.Tensor | None = None):
