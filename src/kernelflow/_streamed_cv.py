@@ -87,6 +87,8 @@ class FoldSource(DataSource):
     every estimator see the same data as an in-memory array of these rows. ``n_samples`` is
     known without a pass (:func:`fold_sizes`). A pass reads ``source`` once.
 
+    A side without rows (fewer rows than folds) is refused with ``ValueError``.
+
     Parameters
     ----------
     source : DataSource
@@ -118,8 +120,13 @@ class FoldSource(DataSource):
         self.seed, self.held_out = int(seed), bool(held_out)
         self.n_features = source.n_features
         self.n_outputs = source.n_outputs
-        size = int(fold_sizes(source.n_samples, k, self.seed)[self.fold])
-        self._n_samples = size if self.held_out else source.n_samples - size
+        n = source.n_samples
+        size = int(fold_sizes(n, k, self.seed)[self.fold])
+        self._n_samples = size if self.held_out else n - size
+        if self._n_samples == 0:
+            raise ValueError(f"fold {self.fold + 1} of {k} has no "
+                             f"{'held-out' if self.held_out else 'training'} rows: {n} row(s) "
+                             f"cannot fill {k} folds.")
 
     @property
     def has_weights(self) -> bool:
