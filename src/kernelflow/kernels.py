@@ -730,7 +730,24 @@ class _Composite(Kernel):
         return W
 
 
-class Sum(_Composite):
+class _Pair(_Composite):
+    """Two kernels ``k1`` and ``k2`` combined entry by entry (a sum or a product)."""
+
+    def __init__(self, k1: Kernel, k2: Kernel) -> None:
+        self.k1 = k1
+        self.k2 = k2
+
+    def _children(self) -> list[tuple[str, Kernel]]:
+        return [("k1", self.k1), ("k2", self.k2)]
+
+    def _blocks(self, P1: torch.Tensor, P2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The blocks of ``k1`` and ``k2`` from the pair's prepared inputs."""
+        A1, A2 = _split(P1, [self.k1, self.k2])
+        B1, B2 = _split(P2, [self.k1, self.k2])
+        return self.k1._block(A1, B1), self.k2._block(A2, B2)
+
+
+class Sum(_Pair):
     """Sum of two kernels, k(x, x') = k1(x, x') + k2(x, x'); also written ``k1 + k2``.
 
     A sum of positive-definite kernels is positive definite; the sum of two shift-invariant
@@ -747,17 +764,8 @@ class Sum(_Composite):
     ['k1', 'k1__sigma', 'k2']
     """
 
-    def __init__(self, k1: Kernel, k2: Kernel) -> None:
-        self.k1 = k1
-        self.k2 = k2
-
-    def _children(self) -> list[tuple[str, Kernel]]:
-        return [("k1", self.k1), ("k2", self.k2)]
-
     def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
-        A1, A2 = _split(P1, [self.k1, self.k2])
-        B1, B2 = _split(P2, [self.k1, self.k2])
-        K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
+        K1, K2 = self._blocks(P1, P2)
         return K1 + K2 if _tracked(K1) or _tracked(K2) else K1.add_(K2)
 
     def diag(self, X: torch.Tensor) -> torch.Tensor:
@@ -770,7 +778,7 @@ class Sum(_Composite):
         return self._mixture_frequencies([(None, self.k1), (None, self.k2)], d, m, generator)
 
 
-class Product(_Composite):
+class Product(_Pair):
     """Product of two kernels, k(x, x') = k1(x, x') k2(x, x'); also written ``k1 * k2``.
 
     Examples
@@ -782,17 +790,8 @@ class Product(_Composite):
     True
     """
 
-    def __init__(self, k1: Kernel, k2: Kernel) -> None:
-        self.k1 = k1
-        self.k2 = k2
-
-    def _children(self) -> list[tuple[str, Kernel]]:
-        return [("k1", self.k1), ("k2", self.k2)]
-
     def _block(self, P1: torch.Tensor, P2: torch.Tensor) -> torch.Tensor:
-        A1, A2 = _split(P1, [self.k1, self.k2])
-        B1, B2 = _split(P2, [self.k1, self.k2])
-        K1, K2 = self.k1._block(A1, B1), self.k2._block(A2, B2)
+        K1, K2 = self._blocks(P1, P2)
         return K1 * K2 if _tracked(K1) or _tracked(K2) else K1.mul_(K2)
 
     def diag(self, X: torch.Tensor) -> torch.Tensor:
