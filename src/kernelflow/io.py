@@ -858,21 +858,22 @@ class _Reader:
     def _decode_estimator(self, node: dict, kind: str) -> Any:
         return self.estimator(node)
 
-    def _decode_object(self, node: dict, kind: str) -> Any:
-        cls = self.cls(node["class"], "object")
-        params = self._kwargs(node["params"])
-        _trust.check_attributes(cls, params, cls.__name__, state=False)
-        obj = cls(**params)
-        _trust.check_object(obj, cls.__name__)
+    def _construct(self, node: dict, kind: str, key: str,
+                   check: Callable[[Any, str], None]) -> Any:
+        """An instance of the trusted class ``node["class"]`` called with the checked keyword
+        arguments ``node[key]``, then checked by ``check``."""
+        cls = self.cls(node["class"], kind)
+        kwargs = self._kwargs(node[key])
+        _trust.check_attributes(cls, kwargs, cls.__name__, state=False)
+        obj = cls(**kwargs)
+        check(obj, cls.__name__)
         return obj
 
+    def _decode_object(self, node: dict, kind: str) -> Any:
+        return self._construct(node, "object", "params", _trust.check_object)
+
     def _decode_dataclass(self, node: dict, kind: str) -> Any:
-        cls = self.cls(node["class"], "dataclass")
-        fields = self._kwargs(node["fields"])
-        _trust.check_attributes(cls, fields, cls.__name__, state=False)
-        obj = cls(**fields)
-        _trust.check_dataclass(obj, cls.__name__)
-        return obj
+        return self._construct(node, "dataclass", "fields", _trust.check_dataclass)
 
     def _decode_torch_generator(self, node: dict, kind: str) -> torch.Generator:
         state = self.decode(node["state"])
