@@ -10,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 
 import kernelflow.solvers.doubly_stochastic as ds_solver
 import kernelflow.solvers.nystrom as ny_solver
@@ -25,10 +26,7 @@ from kernelflow.utils.checkpoint import Checkpoint, CheckpointError
 
 
 def _data(seed=0, n=240):
-    rng = np.random.RandomState(seed)
-    X = rng.randn(n, 3)
-    y = np.sin(X.sum(1)) + 0.1 * rng.randn(n)
-    return X, y
+    return regression_data(n, 3, lambda X: np.sin(X.sum(1)), bounds=None, seed=seed)
 
 
 NYSTROM = dict(n_components=30, solver="cg", alpha=1e-3, tol=1e-12, max_iter=25,

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 from sklearn.model_selection import KFold
 
 from kernelflow.estimators import KernelRidgeCV
@@ -14,10 +15,9 @@ F64 = torch.float64
 
 
 def _data(n=50, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(-3, 3, size=(n, 2))
-    y = np.sin(X[:, 0]) + 0.5 * X[:, 1] + 0.1 * rng.randn(n) + 2.0
-    return X, y
+    X, y = regression_data(n, 2, lambda X: np.sin(X[:, 0]) + 0.5 * X[:, 1], bounds=(-3, 3),
+                           seed=seed)
+    return X, y + 2.0
 
 
 def _brute_krr(X, y, sigmas, alphas, folds, intercept, sw=None):

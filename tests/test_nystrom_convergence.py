@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 from sklearn.exceptions import ConvergenceWarning
 
 from kernelflow.estimators.nystrom_logistic import NystromKernelLogisticRegression
@@ -14,9 +15,8 @@ from kernelflow.sources import ArraySource
 
 
 def _data(n=800, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(-3, 3, size=(n, 3))
-    return X, np.sin(X[:, 0]) + X[:, 1] * X[:, 2] / 3 + 0.1 * rng.randn(n)
+    return regression_data(n, 3, lambda X: np.sin(X[:, 0]) + X[:, 1] * X[:, 2] / 3,
+                           bounds=(-3, 3), seed=seed)
 
 
 @pytest.mark.parametrize("store", [True, None, False])

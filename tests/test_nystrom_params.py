@@ -5,6 +5,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 
 from kernelflow.estimators import Nystroem
 from kernelflow.estimators.kernel_ridge_classifier import NystromKernelRidgeClassifier
@@ -31,9 +32,7 @@ def _frozen(params):
 
 
 def _data(n=300, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(-2, 2, size=(n, 2))
-    return X, np.sin(X[:, 0]) + 0.1 * rng.randn(n)
+    return regression_data(n, 2, lambda X: np.sin(X[:, 0]), bounds=(-2, 2), seed=seed)
 
 
 @pytest.mark.parametrize("make", [

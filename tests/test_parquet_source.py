@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -20,10 +21,9 @@ N, D = 400, 3
 
 def _data():
     rng = np.random.RandomState(0)
-    X = rng.uniform(-2, 2, (N, D))
-    y = np.sin(X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * rng.randn(N)
-    w = rng.uniform(0.5, 2.0, N)
-    return X, y, w
+    X, y = regression_data(N, D, lambda X: np.sin(X[:, 0]) + X[:, 1] * X[:, 2], bounds=(-2, 2),
+                           seed=rng)
+    return X, y, rng.uniform(0.5, 2.0, N)
 
 
 def _table(X, y, w, *, extra=None):

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 
 from kernelflow.estimators import (
     KernelCoordinateDescent,
@@ -18,9 +19,7 @@ ESTIMATORS = [KernelGradientDescent, KernelSignGradient, KernelCoordinateDescent
 
 
 def _data(n=60, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(-3, 3, size=(n, 2))
-    return X, np.sin(X[:, 0]) + 0.1 * rng.randn(n)
+    return regression_data(n, 2, lambda X: np.sin(X[:, 0]), bounds=(-3, 3), seed=seed)
 
 
 @pytest.mark.parametrize("random_state", [0, 7])

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import check_estimator
 
@@ -13,9 +14,8 @@ from kernelflow.linalg import NearSingularKernelWarning
 
 
 def _data(n=60, m=15, d=3, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(-2, 2, size=(n + m, d))
-    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.randn(n + m)
+    X, y = regression_data(n + m, d, lambda X: np.sin(X[:, 0]) + 0.3 * X[:, 1], bounds=(-2, 2),
+                           seed=seed)
     return X[:n], y[:n], X[n:]
 
 
