@@ -140,18 +140,33 @@ def test_score_sums_equal_scikit_learn_over_blocks():
 # ---------------------------------------------------------------------------------------------
 # streamed cross-validation = in-memory cross-validation on the same folds
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["nystrom_ridge", "nystrom_robust"])
-def test_streamed_cv_equals_in_memory_cv_on_the_same_folds(data_dir, name):
+@pytest.mark.parametrize(("name", "scale"), [("nystrom_ridge", False), ("nystrom_ridge", True),
+                                           ("nystrom_robust", False)])
+def test_streamed_cv_equals_in_memory_cv_on_the_same_folds(data_dir, name, scale):
+    from sklearn.preprocessing import StandardScaler
+
     df = pd.concat([pd.read_parquet(data_dir / f) for f in ("part0.parquet", "part1.parquet")])
     X, y = df[["a", "b", "c"]].to_numpy(), df["y"].to_numpy()
     params = NYSTROM if name == "nystrom_ridge" else {"n_components": 20, "sigma": 1.0,
                                                        "random_state": 0}
-    model = cli.build_model(name, params, scale=False)
+    model = cli.build_model(name, params, scale=scale)  # scale: StandardScaler in front
     res = cli._streamed_cross_validate(model, ParquetSource(data_dir, target="y"), 5, SCORING,
                                        seed=3)
-    cls = type(model)
-    ref = _in_memory_cv(lambda A, b: cls(**params).fit(ArraySource(A, b)), X, y,
-                        _reference_folds(N, 5, 3), 5)
+    cls = type(model[-1] if scale else model)
+
+    class InMemory:  # the scaler fitted on the training rows, the model on the scaled rows
+        def fit(self, A, b):
+            self.scaler = StandardScaler().fit(A) if scale else None
+            self.est = cls(**params).fit(ArraySource(self._scaled(A), b))
+            return self
+
+        def _scaled(self, A):
+            return A if self.scaler is None else self.scaler.transform(A)
+
+        def predict(self, A):
+            return self.est.predict(self._scaled(A))
+
+    ref = _in_memory_cv(lambda A, b: InMemory().fit(A, b), X, y, _reference_folds(N, 5, 3), 5)
     for s in SCORING:
         np.testing.assert_allclose(res[f"test_{s}"], ref[s], rtol=0, atol=1e-10)
     assert res["converged"] == [True] * 5 and len(res["fit_time"]) == 5
@@ -209,26 +224,33 @@ def test_evaluate_streams_and_prints_the_in_memory_table(data_dir, tmp_path, mon
 
 
 def test_fit_cv_streams_and_records_the_score(data_dir, tmp_path, monkeypatch, capsys):
+    """The default command (features standardised) streams too: the scaler learns from blocks."""
+    from sklearn.preprocessing import StandardScaler
+
     from kernelflow.io import load_model, read_metadata
 
     _no_loading(monkeypatch)
     code, out, err = _main(monkeypatch, capsys, tmp_path, "fit", data_dir, "--target", "y",
-                           "--model", "nystrom_ridge", "--no-scale", "--cv", "4", "--seed", "1",
+                           "--model", "nystrom_ridge", "--cv", "4", "--seed", "1",
                            *sum((["-p", f"{k}={v}"] for k, v in NYSTROM.items()), []),
                            "-o", tmp_path / "m.npz")
     assert code == 0, err
-    res = cli._streamed_cross_validate(cli.build_model("nystrom_ridge", NYSTROM, scale=False),
+    res = cli._streamed_cross_validate(cli.build_model("nystrom_ridge", NYSTROM, scale=True),
                                        ParquetSource(data_dir, target="y"), 4, ["r2"], seed=1)
     mean = res["test_r2"].mean()
     assert "(streamed)" in out and f"4-fold cross-validated R^2 = {mean:.4f}" in out
     extra = read_metadata(tmp_path / "m.npz")["extra"]
     assert extra["cv_score"] == pytest.approx(mean, abs=1e-6)
-    # the saved model is the one fitted on every row
-    ref = type(load_model(tmp_path / "m.npz"))(**NYSTROM).fit(ParquetSource(data_dir,
-                                                                            target="y"))
-    X = pd.read_parquet(data_dir / "part1.parquet")[["a", "b", "c"]].to_numpy()
-    np.testing.assert_allclose(load_model(tmp_path / "m.npz").predict(X), ref.predict(X),
-                               rtol=0, atol=1e-10)
+    # the saved model is the scaler and the model fitted on every row
+    df = pd.concat([pd.read_parquet(data_dir / f) for f in ("part0.parquet", "part1.parquet")])
+    X, y = df[["a", "b", "c"]].to_numpy(), df["y"].to_numpy()
+    model = load_model(tmp_path / "m.npz")
+    scaler = StandardScaler().fit(X)
+    np.testing.assert_allclose(model[0].mean_, scaler.mean_, rtol=1e-13)
+    np.testing.assert_allclose(model[0].scale_, scaler.scale_, rtol=1e-13)
+    ref = type(model[-1])(**NYSTROM).fit(ArraySource(scaler.transform(X), y))
+    np.testing.assert_allclose(model.predict(X), ref.predict(scaler.transform(X)), rtol=0,
+                               atol=1e-10)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ import torch
 
 from .sources import Block, DataSource, row_hash_uniform
 
-__all__ = ["STREAMED_SCORERS", "fold_of", "fold_sizes", "FoldSource", "ScoreSums"]
+__all__ = ["STREAMED_SCORERS", "fold_of", "fold_sizes", "FoldSource", "ScoreSums",
+           "StandardisedSource"]
 
 #: scikit-learn scorer names that :class:`ScoreSums` computes from sums over blocks
 STREAMED_SCORERS = ("r2", "neg_mean_squared_error", "neg_root_mean_squared_error",
@@ -152,6 +153,60 @@ class FoldSource(DataSource):
                     device: torch.device | str | None = None) -> Iterator[Block]:
         """The parent's blocks (read in ``dtype`` on ``device``) restricted to this side."""
         return self._masked(self.source.iter_blocks(block_size, dtype=dtype, device=device))
+
+
+class StandardisedSource(DataSource):
+    """The rows of ``source`` with features ``(x - mean) / scale``, computed in float64.
+
+    The same operations, in the same order, as scikit-learn's ``StandardScaler.transform``
+    (``mean`` or ``scale`` None: that step is skipped), so an estimator fitted on this source
+    sees exactly the standardised array. Blocks keep their ``start``; a pass reads ``source``
+    once.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from kernelflow.sources import ArraySource
+    >>> src = StandardisedSource(ArraySource(np.array([[1.0], [3.0]]), np.zeros(2)),
+    ...                          np.array([2.0]), np.array([0.5]))
+    >>> next(src.iter_blocks()).X[:, 0].tolist()
+    [-2.0, 2.0]
+    """
+
+    def __init__(self, source: DataSource, mean: np.ndarray | None, scale: np.ndarray | None):
+        self.source = source
+        self.mean = None if mean is None else torch.as_tensor(mean, dtype=torch.float64)
+        self.scale = None if scale is None else torch.as_tensor(scale, dtype=torch.float64)
+        self.n_features = source.n_features
+        self.n_outputs = source.n_outputs
+        self._n_samples = source.n_samples
+
+    @property
+    def has_weights(self) -> bool:
+        return self.source.has_weights
+
+    def _standardised(self, X: torch.Tensor) -> torch.Tensor:
+        X = X.to(torch.float64)
+        if self.mean is not None:
+            X = X - self.mean.to(X.device)
+        if self.scale is not None:
+            X = X / self.scale.to(X.device)
+        return X
+
+    def _raw_blocks(self, block_size: int) -> Iterator[Block]:
+        for b in self.source.iter_blocks(block_size, dtype=torch.float64):
+            yield Block(self._standardised(b.X), b.y, b.sample_weight, b.start)
+
+    def iter_blocks(self, block_size: int | None = None, *, dtype: torch.dtype | None = None,
+                    device: torch.device | str | None = None) -> Iterator[Block]:
+        """The parent's blocks, read in float64, standardised, then cast to ``dtype``."""
+        to = dtype or torch.float64
+        for b in self.source.iter_blocks(block_size, dtype=torch.float64, device=device):
+            yield Block(self._standardised(b.X).to(to), None if b.y is None else b.y.to(to),
+                        None if b.sample_weight is None else b.sample_weight.to(to), b.start)
+
+    def take(self, indices) -> torch.Tensor:
+        return self._standardised(self.source.take(indices))
 
 
 class ScoreSums:

@@ -199,28 +199,55 @@ def _check_streamed_scoring(scoring: Sequence[str]) -> None:
                        "or use --max-rows N to evaluate on N loaded rows")
 
 
-def _can_stream(model: BaseEstimator) -> bool:
-    """Estimators whose ``fit`` reads a DataSource block by block, or that learn from a stream
-    of chunks (doubly stochastic regression: ``partial_fit``)."""
+def _streaming_parts(model: BaseEstimator) -> tuple[Any, BaseEstimator] | None:
+    """(scaler or None, estimator) of a model that learns from a stream, else None.
+
+    The estimator's ``fit`` reads a DataSource block by block (Nyström), or it learns from a
+    stream of chunks (doubly stochastic regression: ``partial_fit``); a ``StandardScaler``
+    before it (the command line's default) learns its statistics from one pass of the blocks.
+    """
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
     from kernelflow.estimators.doubly_stochastic_regressor import DoublyStochasticRegressor
     from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
     from kernelflow.estimators.nystrom_robust import NystromRobustRegressor
 
-    return isinstance(model, NystromKernelRidge | NystromRobustRegressor
-                      | DoublyStochasticRegressor)
+    scaler = None
+    if isinstance(model, Pipeline):
+        if len(model.steps) != 2 or not isinstance(model[0], StandardScaler):
+            return None
+        scaler, model = model[0], model[-1]
+    if isinstance(model, NystromKernelRidge | NystromRobustRegressor | DoublyStochasticRegressor):
+        return scaler, model
+    return None
+
+
+def _can_stream(model: BaseEstimator) -> bool:
+    """Whether ``model`` (possibly after a ``StandardScaler``) learns from a stream."""
+    return _streaming_parts(model) is not None
 
 
 def _fit_source(model: BaseEstimator, source: Any) -> None:
-    """``fit(source)``, or ``max_iter`` in-order passes of ``partial_fit`` over its blocks."""
+    """``fit(source)``, or ``max_iter`` in-order passes of ``partial_fit`` over its blocks; a
+    ``StandardScaler`` in front is fitted first, by one pass, and standardises the blocks."""
     import torch
 
-    if not hasattr(model, "partial_fit"):
-        model.fit(source)
+    scaler, est = _streaming_parts(model) or (None, model)
+    if scaler is not None:
+        from kernelflow._streamed_cv import StandardisedSource
+
+        for block in source.iter_blocks(1 << 16, dtype=torch.float64):
+            scaler.partial_fit(block.X.numpy())
+        source = StandardisedSource(source, scaler.mean_ if scaler.with_mean else None,
+                                    scaler.scale_ if scaler.with_std else None)
+    if not hasattr(est, "partial_fit"):
+        est.fit(source)
         return
-    for _ in range(int(model.max_iter)):
+    for _ in range(int(est.max_iter)):
         for block in source.iter_blocks(1 << 16, dtype=torch.float64):
             y = block.y[:, 0] if block.y.shape[1] == 1 else block.y
-            model.partial_fit(block.X.numpy(), y.numpy())
+            est.partial_fit(block.X.numpy(), y.numpy())
 
 
 def index_columns(df: pd.DataFrame, exclude: Collection[Hashable] = ()) -> list[Hashable]:
