@@ -1,6 +1,5 @@
 """Data-parallel fits on 2 Gloo processes equal the single-process fits; failures end cleanly."""
 
-import contextlib
 import os
 import signal
 
@@ -8,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from _helpers import one_thread, regression_data, sine_cosine
 
 from kernelflow.distributed import (
     DistributedError,
@@ -41,9 +41,7 @@ RTOL = 1e-6
 
 
 def _data():
-    rng = np.random.RandomState(0)
-    X = rng.uniform(-3, 3, (N, D))
-    y = np.sin(X[:, 0]) + 0.5 * np.cos(X[:, 1]) + 0.1 * rng.randn(N)
+    X, y = regression_data(N, D, sine_cosine, bounds=(-3, 3))
     y[::25] += 20.0  # gross outliers for the robust regressor
     return X, y
 
@@ -71,17 +69,6 @@ def _estimators():
                                                              block_size=16, max_iter=1,
                                                              random_state=0), "labels"),
     ]
-
-
-@contextlib.contextmanager
-def _one_thread():
-    # tiny kernel blocks: a second thread only adds synchronisation (costly on a busy machine)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _coef(model):
@@ -159,7 +146,7 @@ def two_process(files):
 def test_two_processes_equal_single_process(two_process, files, name):
     X, y = _data()
     est, kind = {e[0]: (e[1], e[2]) for e in _estimators()}[name]
-    with _one_thread():  # no process group: the ordinary fit
+    with one_thread():  # no process group: the ordinary fit
         ref = distributed_fit(est, _shard(kind, X, y, files))
     c0, p0 = _coef(ref), np.asarray(ref.predict(X[:100]), dtype=np.float64)
     early = name == "nystrom_krr_early"
@@ -190,7 +177,7 @@ def test_single_process_shard_fit_matches_array_fit():
     X, y = _data()
     est = DoublyStochasticRegressor(sigma=1.0, batch_size=50, block_size=16, max_iter=2,
                                     early_stopping=True, random_state=0)
-    with _one_thread():
+    with one_thread():
         a = est.fit(X, y).predict(X[:50])
         b = distributed_fit(est, X, y).predict(X[:50])
     np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
@@ -207,7 +194,7 @@ def test_cv_grids_spread_over_processes_equal_single_process(two_process):
     Xt = torch.as_tensor(X[:80])
     kernels = [Gaussian(s) for s in (0.3, 1.0, 3.0)]
     folds = [list(range(i, 80, 4)) for i in range(4)]
-    with _one_thread():
+    with one_thread():
         ref = early_stopping_path_cv(Xt, torch.as_tensor(y[:80]), kernels, folds,
                                      method="gradient", step_size=0.1, max_iter=300,
                                      n_iter_no_change=20)
@@ -306,7 +293,7 @@ def test_command_line_fits_on_two_processes(files, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["processes"] == 2 and summary["n_samples"] == N
     X, y = _data()
-    with _one_thread():
+    with one_thread():
         ref = distributed_fit(NystromKernelRidge(30, alpha=1e-3, sigma=1.0, random_state=0),
                               shard_npy(files["X"], files["y"]))
         pred = load_model(out).predict(X[:50])

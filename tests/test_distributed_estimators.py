@@ -5,11 +5,11 @@ must equal the single-process fit on the concatenated rows. Cross-validating est
 the whole training set on every process, spread their bandwidth grid and select the same model.
 """
 
-import contextlib
 
 import numpy as np
 import pytest
 import torch
+from _helpers import one_thread, regression_data, sine_cosine
 from sklearn.base import clone
 
 from kernelflow.distributed import rank, spawn
@@ -27,10 +27,7 @@ N_DS, CUT_DS = 100, 37  # 37 and 63 rows
 
 
 def _data(n, seed=0):
-    rng = np.random.RandomState(seed)
-    X = rng.uniform(-3, 3, (n, 2))
-    y = np.sin(X[:, 0]) + 0.5 * np.cos(X[:, 1]) + 0.1 * rng.randn(n)
-    return X, y
+    return regression_data(n, 2, sine_cosine, bounds=(-3, 3), seed=seed)
 
 
 def _weights(n):
@@ -197,16 +194,6 @@ def two_process():
     return spawn(_worker, 2, timeout=30, max_seconds=100)
 
 
-@contextlib.contextmanager
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _close(a, b, rtol=RTOL):
     np.testing.assert_allclose(a, b, rtol=0, atol=rtol * max(np.abs(b).max(), 1e-300))
 
@@ -215,7 +202,7 @@ def _close(a, b, rtol=RTOL):
 def test_auto_distributed_fit_equals_single_process_on_concatenated_rows(two_process, name):
     est, kind, n = {f[0]: (f[1], f[2], f[3]) for f in _fits()}[name]
     X, y, w = _xy(kind, n)
-    with _one_thread():
+    with one_thread():
         ref = _summary(_fit(clone(est), X, y, w), X[:40])
     for r in range(2):
         got = two_process[r][name]
@@ -235,7 +222,7 @@ def test_auto_distributed_fit_equals_single_process_on_concatenated_rows(two_pro
 def test_auto_distributed_partial_fit_equals_single_process(two_process):
     X, y = _data(2 * N_DS)
     est = DoublyStochasticRegressor(sigma=1.0, batch_size=16, block_size=16, random_state=0)
-    with _one_thread():
+    with one_thread():
         for c in range(2):
             est.partial_fit(X[c * N_DS:(c + 1) * N_DS], y[c * N_DS:(c + 1) * N_DS])
     ref = _summary(est, X[:40])
@@ -253,7 +240,7 @@ def test_beyond_the_gather_limit_fits_equal_the_data_source_fit(two_process):
     # alpha = 1e-2: the coefficients themselves (not only the predictions) are determined far
     # below RTOL; at 1e-3 they reach 5e4 for predictions of order 1, and their agreement
     # measured the rounding of the summation order
-    with _one_thread():
+    with one_thread():
         ref = _summary(NystromKernelRidge(30, alpha=1e-2, random_state=0, max_iter=200,
                                           solver="cg", tol=1e-12).fit(ArraySource(X, y)),
                        X[:40])
@@ -261,7 +248,7 @@ def test_beyond_the_gather_limit_fits_equal_the_data_source_fit(two_process):
     # the bandwidth from _BANDWIDTH_ROWS rows drawn by global position (here: all of them)
     assert N_DS <= _BANDWIDTH_ROWS
     sigma = median_heuristic(torch.as_tensor(X2))
-    with _one_thread():
+    with one_thread():
         ref_ds = _summary(DoublyStochasticRegressor(sigma=sigma, batch_size=16, block_size=16,
                                                     max_iter=2, random_state=0).fit(X2, y2),
                           X2[:40])
@@ -276,7 +263,7 @@ def test_beyond_the_gather_limit_fits_equal_the_data_source_fit(two_process):
 def test_distributed_off_fits_each_process_alone(two_process):
     X, y = _data(N_NYS)
     for r, part in enumerate((slice(0, CUT_NYS), slice(CUT_NYS, N_NYS))):
-        with _one_thread():
+        with one_thread():
             ref = _summary(NystromKernelRidge(20, alpha=1e-2, random_state=0).fit(X[part],
                                                                                    y[part]),
                            X[:40])
@@ -292,7 +279,7 @@ def test_distributed_off_fits_each_process_alone(two_process):
 @pytest.mark.parametrize("name", list(_cv_estimators()))
 def test_cv_grid_spread_over_processes_selects_the_single_process_model(two_process, name):
     X, y = _data(60, seed=1)
-    with _one_thread():
+    with one_thread():
         ref = _cv_summary(_cv_estimators()[name].fit(X, y), X[:20])
     for r in range(2):
         got = two_process[r][name]

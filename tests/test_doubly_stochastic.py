@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from _helpers import torch_regression_data
 
 import kernelflow.solvers.doubly_stochastic as ds
 from kernelflow.features.random import random_features
@@ -18,19 +19,12 @@ from kernelflow.solvers.losses import LOSSES, get_loss
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _data(n=32, d=2, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.rand(n, d, generator=g, dtype=F64) * 4 - 2
-    y = torch.sin(2 * X[:, 0]) * torch.cos(X[:, -1]) + 0.1 * torch.randn(n, generator=g, dtype=F64)
-    return X, y
+    return torch_regression_data(n, d, lambda X: torch.sin(2 * X[:, 0]) * torch.cos(X[:, -1]),
+                                 seed=seed)
 
 
 def _run_recording(model, X, y, batches):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _helpers import torch_regression_data
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernelflow.solvers.nystrom_eigen_cg as eigen_cg_module
@@ -23,11 +24,12 @@ from kernelflow.sources import ArraySource
 F64 = torch.float64
 
 
+def _target(X):
+    return torch.sin(2 * X[:, 0]) + 0.5 * torch.tanh(2 * X[:, 1]) + 0.25 * X[:, 0] * X[:, 1]
+
+
 def _data(n=2000, d=9, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    X = torch.randn(n, d, dtype=F64, generator=g)
-    y = torch.sin(2 * X[:, 0]) + 0.5 * torch.tanh(2 * X[:, 1]) + 0.25 * X[:, 0] * X[:, 1]
-    return X, y + 0.1 * torch.randn(n, dtype=F64, generator=g)
+    return torch_regression_data(n, d, _target, normal=True, seed=seed)
 
 
 def _rel(a, b):

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from _helpers import regression_data
 from sklearn.gaussian_process import GaussianProcessRegressor
 from sklearn.gaussian_process.kernels import RBF
 
@@ -12,8 +13,7 @@ from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
 
 def _data(n=60, d=3, t=None, seed=0):
     rng = np.random.RandomState(seed)
-    X = rng.randn(n, d)
-    y = np.sin(X[:, 0]) + 0.3 * X[:, 1] + 0.1 * rng.randn(n)
+    X, y = regression_data(n, d, lambda X: np.sin(X[:, 0]) + 0.3 * X[:, 1], bounds=None, seed=rng)
     if t:
         y = np.column_stack([y * (k + 1) + k for k in range(t)])
     return X, y, rng.randn(25, d)
