@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 import pytest
+from _helpers import regression_data, sine_cosine
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -78,10 +79,7 @@ def hosts():
 
 
 def _data():
-    rng = np.random.RandomState(0)
-    X = rng.uniform(-3, 3, (N, D))
-    y = np.sin(X[:, 0]) + 0.5 * np.cos(X[:, 1]) + 0.1 * rng.randn(N)
-    return X, y
+    return regression_data(N, D, sine_cosine, bounds=(-3, 3))
 
 
 @pytest.fixture(scope="module")
