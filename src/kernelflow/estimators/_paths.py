@@ -30,6 +30,7 @@ from ..typing import ArrayLike, Output
 from ..utils._finite import DivergenceError
 from ..utils._threads import threads_for
 from ..utils._validation import check_X_y
+from ..utils.checkpoint import CHECKPOINT_CONSTRAINTS, arrays_fingerprint, fit_checkpoint
 from ..utils.folds import kfold_indices
 from ._base import (
     PRECOMPUTED,
@@ -55,6 +56,7 @@ PATH_CONSTRAINTS = {
     "validation_loss": [StrOptions(VALIDATION_LOSSES)],
     "random_state": ["random_state"],
     "verbose": ["verbose"],
+    **CHECKPOINT_CONSTRAINTS,
 }
 
 #: Constraints shared by the path-CV estimators.
@@ -223,14 +225,18 @@ def _fit_path_estimator(est, X, y, sw, kept):
         check_bandwidth_on_data(est, est.kernel_, X)
         kernel, inputs, split = est.kernel_, X, None
     yc, est.intercept_ = est._center_targets(y, sw)
+    # written only by a matrix-free fit (K beyond the memory budget), see fit_path
+    ckpt = fit_checkpoint(est, "path", arrays_fingerprint(X, y, sw))
     fit = fit_path(
         est._rule(yc), kernel, inputs, yc, learning_rate=est.learning_rate,
         max_iter=est.max_iter, early_stopping=est.early_stopping,
         validation_fraction=est.validation_fraction, n_iter_no_change=est.n_iter_no_change,
         tol=est.tol, random_state=est.random_state, options=est._options(),
         verbose=est.verbose, sample_weight=sw, validation_loss=est.validation_loss,
-        holdout_rows=split, **est._path_kwargs(),
+        holdout_rows=split, checkpoint=ckpt, **est._path_kwargs(),
     )
+    if ckpt is not None and (ckpt.resumed or ckpt.n_saved):  # a fit that used it
+        ckpt.finish()
     est.X_fit_ = X
     est.dual_coef_ = fit.alpha
     est.n_iter_ = int(fit.n_iter)
@@ -259,7 +265,8 @@ class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
     def __init__(self, learning_rate="auto", *, max_iter=1000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="squared",
                  random_state=None, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
-                 fit_intercept=True, options=None, verbose=0):
+                 fit_intercept=True, options=None, verbose=0, checkpoint=None,
+                 checkpoint_interval=60.0):
         self.learning_rate = learning_rate
         self.max_iter = max_iter
         self.tol = tol
@@ -276,6 +283,8 @@ class PathRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         self.fit_intercept = fit_intercept
         self.options = options
         self.verbose = verbose
+        self.checkpoint = checkpoint
+        self.checkpoint_interval = checkpoint_interval
 
     def _rule(self, y: torch.Tensor) -> PathRule:
         """The update rule, given the centred training targets."""

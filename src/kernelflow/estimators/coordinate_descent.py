@@ -59,6 +59,18 @@ class KernelCoordinateDescent(PathRegressor):
         Centre y (mean) and add it back to predictions.
     options : Options, default=None
     verbose : int, default=0
+    checkpoint : str or path-like, default=None
+        File where the state of a matrix-free fit (the kernel matrix beyond the memory budget
+        of ``options``: one kernel product per step) is written every
+        ``checkpoint_interval`` seconds: the running loop (iterate, previous iterate, running
+        products, step count), the validation monitor and the best iterate so far. A fit
+        given a path holding a checkpoint of the same problem (data, parameters, validation
+        rows) continues from it and ends with the model of an uninterrupted fit; one of
+        another problem is refused. A fit on a stored kernel matrix (seconds) neither reads
+        nor writes it. Removed when the fit completes. With early stopping, needs an integer
+        ``random_state`` (else the validation rows are drawn anew by every fit).
+    checkpoint_interval : float, default=60
+        Least number of seconds between two checkpoint writes (0: after every step).
 
     Attributes
     ----------
@@ -102,13 +114,15 @@ class KernelCoordinateDescent(PathRegressor):
     def __init__(self, learning_rate="auto", *, max_iter=10000, tol=0.0, early_stopping=True,
                  validation_fraction=0.1, n_iter_no_change=100, validation_loss="huber",
                  random_state=None, kernel="rbf", sigma=None, gamma=None, degree=3, coef0=1.0,
-                 fit_intercept=True, options=None, verbose=0):
+                 fit_intercept=True, options=None, verbose=0,
+                 checkpoint=None, checkpoint_interval=60.0):
         super().__init__(
             learning_rate, max_iter=max_iter, tol=tol, early_stopping=early_stopping,
             validation_fraction=validation_fraction, n_iter_no_change=n_iter_no_change,
             validation_loss=validation_loss, random_state=random_state, kernel=kernel,
             sigma=sigma, gamma=gamma, degree=degree, coef0=coef0, fit_intercept=fit_intercept,
-            options=options, verbose=verbose)
+            options=options, verbose=verbose, checkpoint=checkpoint,
+            checkpoint_interval=checkpoint_interval)
 
     def _after_fit(self) -> None:
         nz = self.dual_coef_ != 0

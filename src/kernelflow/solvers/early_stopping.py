@@ -28,12 +28,14 @@ import torch
 from ..collectives import all_reduce_sum, is_distributed
 from ..linalg import symmetric_eigh
 from ..operators import KernelOperator, LinearOperator, Options
+from ..utils.checkpoint import Checkpoint, tensor_digest
 from ..utils.holdout import holdout_weights as validation_weights
 from ..utils.holdout import row_content_hash
 from ..utils.monitor import EarlyStopping
 from .losses import RESIDUAL_LOSSES, get_residual_loss
 from .paths import SPECTRAL_MAX_N, PathResult, spectral_filter
 from .paths.driver import run_path, step_size
+from .paths.resume import PathCheckpoint
 from .paths.rules import PathRule, as_rule
 from .paths.rules import huber_epsilon as _huber_epsilon
 
@@ -176,6 +178,7 @@ def early_stopped_path(path_function: Callable | PathRule | str, K_train,
                        sample_weight: torch.Tensor | None = None,
                        validation_weight: torch.Tensor | None = None,
                        validation_loss: str = "squared",
+                       resume: PathCheckpoint | None = None,
                        **path_kwargs) -> EarlyStoppingResult:
     """Run ``path_function`` with validation monitoring and patience; shared by all paths.
 
@@ -201,6 +204,9 @@ def early_stopped_path(path_function: Callable | PathRule | str, K_train,
         Monitored loss: weighted mean squared error (the paper's choice for every method) or
         mean absolute error, which a few gross outliers among the validation rows cannot
         dominate (see :func:`validation_loss`).
+    resume : PathCheckpoint, optional
+        The checkpoint of the fit: the run continues from its validation phase (loop,
+        monitor, best iterate) and writes that phase every interval.
     **path_kwargs
         Options of the rule (``momentum``, ...) and arguments of the path
         (``learning_rate``, ``max_iter``, ...).
@@ -238,17 +244,24 @@ def early_stopped_path(path_function: Callable | PathRule | str, K_train,
         monitor = EarlyStopping(n_iter_no_change, tol)
     m = K_val.shape[0]
     Yv = y_val.reshape(m, -1).T.contiguous()  # batch layout, like the path's eval predictions
-    best = {}
+    best: dict[str, torch.Tensor] = {}
+    resume_kw: dict[str, Any] = {}
+    if resume is not None:
+        resume.restore_validation(monitor, best)
+        resume_kw = resume.run_kwargs("validation", resume.monitor_extra(monitor, best))
+    save = resume_kw.pop("callback", None)
 
     def callback(k, alpha, residual, eval_predictions):
         loss = validation_loss_fn(eval_predictions, Yv, wv, validation_loss)
         stop = monitor.update(k, loss)
         if monitor.best_iteration == k:
             best["alpha"] = alpha.clone()
+        if save is not None and not stop:
+            save()
         return stop
 
     res = run_path(rule, K_train, y_train, sample_weight=sample_weight, K_eval=K_val,
-                   callback=callback, **path_kwargs)
+                   callback=callback, **resume_kw, **path_kwargs)
     alpha = best["alpha"]
     alpha = alpha.T.reshape(alpha.shape[1], *y_train.shape[1:]) if y_train.ndim == 2 else alpha[0]
     return EarlyStoppingResult(
@@ -358,7 +371,8 @@ def fit_path(path_function: Callable | PathRule | str, kernel, X: torch.Tensor, 
              validation_fraction: float = 0.1, n_iter_no_change: int = 100, tol: float = 0.0,
              random_state=None, options: Options | None = None, verbose: int = 0,
              sample_weight: torch.Tensor | None = None, validation_loss: str = "squared",
-             holdout_rows: torch.Tensor | None = None, **path_kwargs) -> PathFit:
+             holdout_rows: torch.Tensor | None = None, checkpoint: Checkpoint | None = None,
+             **path_kwargs) -> PathFit:
     """Fit a path estimator: step size, optional validation run, refit on all rows.
 
     1. K = K(X, X) (dense when it fits the memory budget, else a matrix-free operator).
@@ -391,6 +405,14 @@ def fit_path(path_function: Callable | PathRule | str, kernel, X: torch.Tensor, 
     holdout_rows : tensor of shape (n, d'), optional
         Rows whose content decides the validation split (default X); a precomputed kernel
         matrix passes its own rows, so equal inputs still fall on the same side.
+    checkpoint : Checkpoint, optional
+        Used when K does not fit the memory budget (a matrix-free fit, whose loops run one
+        kernel product per step): the state of the running phase (the validation run's loop,
+        monitor and best iterate; the refit's loop) is written every ``checkpoint.interval``
+        seconds (:class:`~kernelflow.solvers.paths.resume.PathCheckpoint`), and a fit given a
+        checkpoint of the same problem continues from it and ends with the result of an
+        uninterrupted fit. The validation rows join its fingerprint. A fit on a stored K
+        (seconds) neither reads nor writes it.
     **path_kwargs
         Options of the rule (``momentum``, ``nesterov`` of the gradient rule) and backend
         options of its path (``method``).
@@ -416,20 +438,30 @@ def fit_path(path_function: Callable | PathRule | str, kernel, X: torch.Tensor, 
     op = KernelOperator(kernel, X, options=options)
     dense = op.fits_in_memory(copies=3)
     K = op.to_dense() if dense else op
+    if early_stopping:
+        w_tr, w_va = validation_weights(X if holdout_rows is None else holdout_rows, y, sw,
+                                        validation_fraction, random_state)
+        tr_t = torch.nonzero(w_tr > 0).reshape(-1)
+        va_t = torch.nonzero(w_va > 0).reshape(-1)
+    # only a matrix-free fit is long enough to checkpoint
+    ck = None if checkpoint is None or dense else _path_checkpoint(
+        checkpoint, rule, X, va_t if early_stopping else None)
     # one decomposition gives s_max and the refit's whole path when the rule can use it
     eigh_ok = dense and path_kwargs.get("method", "auto") != "iterative" and \
         X.shape[0] <= SPECTRAL_MAX_N
-    eta, eigh = step_size(rule, K, y, learning_rate, sample_weight=sw, eigh_ok=eigh_ok)
-    refit_kw = {} if eigh is None else {"eigh": eigh}
+    if ck is not None and ck.learning_rate is not None:  # resumed: the stored step
+        eta, eigh = ck.learning_rate, None
+    else:
+        eta, eigh = step_size(rule, K, y, learning_rate, sample_weight=sw, eigh_ok=eigh_ok)
+    if ck is not None:
+        ck.learning_rate = eta
+    refit_kw: dict[str, Any] = {} if eigh is None else {"eigh": eigh}
     kw = dict(path_kwargs, learning_rate=eta, verbose=verbose)
     if not early_stopping:
+        refit_kw.update({} if ck is None else ck.run_kwargs("path"))
         res = run_path(rule, K, y, sample_weight=sw, max_iter=max_iter, tol=tol, **kw,
                        **refit_kw)
         return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta)
-    w_tr, w_va = validation_weights(X if holdout_rows is None else holdout_rows, y, sw,
-                                    validation_fraction, random_state)
-    tr_t = torch.nonzero(w_tr > 0).reshape(-1)
-    va_t = torch.nonzero(w_va > 0).reshape(-1)
     K_tr: torch.Tensor | LinearOperator
     K_va: torch.Tensor | LinearOperator
     if isinstance(K, torch.Tensor):
@@ -437,14 +469,26 @@ def fit_path(path_function: Callable | PathRule | str, kernel, X: torch.Tensor, 
     else:
         K_tr = KernelOperator(kernel, X[tr_t], options=options)
         K_va = KernelOperator(kernel, X[va_t], X[tr_t], options=options)
-    es = early_stopped_path(rule, K_tr, y[tr_t], K_va, y[va_t],
-                            n_iter_no_change=n_iter_no_change, tol=tol, max_iter=max_iter,
-                            sample_weight=None if sw is None else w_tr[tr_t],
-                            validation_weight=None if sw is None else w_va[va_t],
-                            validation_loss=validation_loss, **kw)
+    done = None if ck is None else ck.validation_result()
+    es = EarlyStoppingResult(**done) if done is not None else early_stopped_path(
+        rule, K_tr, y[tr_t], K_va, y[va_t], n_iter_no_change=n_iter_no_change, tol=tol,
+        max_iter=max_iter, sample_weight=None if sw is None else w_tr[tr_t],
+        validation_weight=None if sw is None else w_va[va_t],
+        validation_loss=validation_loss, resume=ck, **kw)
+    if ck is not None:
+        refit_kw.update(ck.run_kwargs("refit", lambda: {"validation": dict(vars(es))}))
     res = run_path(rule, K, y, sample_weight=sw, max_iter=es.best_iteration, **kw, **refit_kw)
     return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es,
                    validation_indices=va_t.cpu().numpy().astype(np.int64))
+
+
+def _path_checkpoint(checkpoint: Checkpoint, rule: PathRule, X: torch.Tensor,
+                     validation_rows: torch.Tensor | None) -> PathCheckpoint:
+    """The checkpoint of a matrix-free path fit, loaded, with the validation rows in its
+    fingerprint (a split drawn anew, as with ``random_state=None``, is another problem)."""
+    if validation_rows is not None:
+        checkpoint.fingerprint["validation_rows"] = tensor_digest(validation_rows)
+    return PathCheckpoint(checkpoint, rule, X.device)
 
 
 def _fit_weights(sample_weight: torch.Tensor | None, X: torch.Tensor) -> torch.Tensor | None:

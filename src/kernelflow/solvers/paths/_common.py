@@ -89,11 +89,28 @@ def _out(A: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # batch layout (t, 
     return A.T.reshape(A.shape[1], *y.shape[1:]) if y.ndim == 2 else A[0]
 
 
-def _after_step(k, alpha, R, E, path, callback) -> bool:
-    """Record step ``k`` of a path loop (the iterate, the callback); True: the callback stops."""
+def _after_step(k, alpha, R, E, path, callback, state: dict | None = None, **loop) -> bool:
+    """Record step ``k`` of a path loop (the iterate, ``state``, the callback); True: the
+    callback stops.
+
+    ``state`` (a dict, or None) is updated before the callback with ``k``, ``alpha``, ``R``,
+    ``E`` and the loop's other variables ``loop`` (references, not copies): what a checkpoint
+    writes and :func:`_resumed` reads back.
+    """
     if path is not None:
         path.append(alpha.clone())
+    if state is not None:
+        state.update(k=k, alpha=alpha, R=R, E=E, **loop)
     return callback is not None and bool(callback(k, alpha, R, E))
+
+
+def _resumed(state: dict | None, names: tuple[str, ...]) -> tuple | None:
+    """``(k, *variables)`` of a path loop from a ``state`` saved by :func:`_after_step`
+    (tensors cloned, in the order of ``names``), or None when there is nothing to resume."""
+    if state is None or "k" not in state:
+        return None
+    values = (state[name] for name in names)
+    return (int(state["k"]), *(v.clone() if isinstance(v, torch.Tensor) else v for v in values))
 
 
 def _path_result(alpha, R, E, y, k, eta, path, stopped) -> PathResult:

@@ -24,6 +24,7 @@ from ._common import (
     _check_eta,
     _path_result,
     _prepare,
+    _resumed,
     _sample_weight,
 )
 from ._operator import batch_matmul
@@ -40,7 +41,8 @@ __all__ = ["rule_path", "run_path", "step_size"]
 
 def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000,
               K_eval=None, callback: Callback | None = None, sample_weight=None,
-              tol: float = 0.0, record_path: bool = False, verbose: int = 0) -> PathResult:
+              tol: float = 0.0, record_path: bool = False, verbose: int = 0,
+              state: dict | None = None) -> PathResult:
     """Run ``rule`` from alpha = 0 for up to ``max_iter`` steps (the reference of every
     backend; momentum and sample weights included).
 
@@ -64,6 +66,11 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
         Stop once ||W^1/2 r|| <= tol ||W^1/2 y||.
     record_path : bool, default=False
     verbose : int, default=0
+    state : dict, optional
+        Kept up to date after each step with ``k`` and the loop's tensors (references, not
+        copies); a ``state`` given holding them continues the run from step ``k`` with the
+        steps an uninterrupted run takes, the callback not called again for the steps before
+        (how a checkpoint resumes a path; ``record_path`` then holds this run's iterates).
 
     Returns
     -------
@@ -93,17 +100,19 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
         if s_max is not None and rule.bounded:
             rule.check_learning_rate(eta, s_max)
     B = Y.shape[0]
-    alpha = torch.zeros_like(Y)
-    F = torch.zeros_like(Y)
-    alpha_prev, F_prev = alpha, F
-    R = Y.clone()
-    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    saved = _resumed(state, ("alpha", "F", "alpha_prev", "F_prev", "R", "E"))
+    if saved is None:
+        k, alpha, F = 0, torch.zeros_like(Y), torch.zeros_like(Y)
+        alpha_prev, F_prev = alpha, F
+        R = Y.clone()
+        E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    else:
+        k, alpha, F, alpha_prev, F_prev, R, E = saved
     sq = None if w is None else w.sqrt()
     y_norm = torch.linalg.vector_norm(Y if sq is None else sq * Y, dim=-1)
     limit = 1e6 * (y_norm + 1)
     path = [alpha.clone()] if record_path else None
-    stopped = callback is not None and bool(callback(0, alpha, R, E))
-    k = 0
+    stopped = saved is None and callback is not None and bool(callback(0, alpha, R, E))
     bar = progress(total=max_iter, desc=f"{rule.name} path", verbose=verbose,
                    upper_bound=callback is not None or tol > 0)  # may stop early
     while not stopped and k < max_iter:
@@ -125,7 +134,8 @@ def rule_path(rule: PathRule, K, y: torch.Tensor, *, learning_rate="auto", max_i
             bar.close()
             raise DivergenceError(f"the {rule.name} path diverged at iteration {k} with "
                                   f"learning_rate={eta:.4g}; lower it or use 'auto'.")
-        if _after_step(k, alpha, R, E, path, callback):
+        if _after_step(k, alpha, R, E, path, callback, state, F=F, alpha_prev=alpha_prev,
+                       F_prev=F_prev):
             stopped = True
     bar.close()
     return _path_result(alpha, R, E, y, k, eta, path, stopped)

@@ -18,6 +18,7 @@ from ._common import (
     _out,
     _path_result,
     _prepare,
+    _resumed,
     _sample_weight,
 )
 from ._operator import (
@@ -73,7 +74,7 @@ def gradient_descent_path(
     K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, momentum: float = 0.0,
     nesterov: bool = False, method: str = "auto", K_eval=None, callback: Callback | None = None,
     record_path: bool = False, tol: float = 0.0, eigh: tuple | None = None,
-    sample_weight: torch.Tensor | None = None, verbose: int = 0,
+    sample_weight: torch.Tensor | None = None, verbose: int = 0, state: dict | None = None,
 ) -> PathResult:
     """Kernel gradient descent from alpha_0 = 0: ``alpha_{k+1} = alpha_k + eta (y - K alpha_k)``.
 
@@ -114,6 +115,10 @@ def gradient_descent_path(
         bound eta < 2 / s_max(M) carry over; ``tol`` then compares ||W^1/2 r|| with
         ||W^1/2 y|| and "auto" is 1 / s_max(M).
     verbose : int, default=0
+    state : dict, optional
+        The loop's state, kept up to date and resumed as in
+        :func:`~kernelflow.solvers.paths.driver.rule_path` (how a checkpoint resumes a path);
+        the iterative method only ("auto" then picks it).
 
     Returns
     -------
@@ -144,32 +149,36 @@ def gradient_descent_path(
         raise ValueError(f"momentum must be in [0, 1), got {momentum}.")
     if method not in ("auto", "spectral", "iterative"):
         raise ValueError(f"method must be 'auto', 'spectral' or 'iterative', got {method!r}.")
+    if method == "spectral" and state is not None:
+        raise ValueError("a path resumed from a state runs method='iterative'.")
     if sample_weight is not None:
         return _weighted_gradient_path(
             K, y, sample_weight, learning_rate=learning_rate, max_iter=max_iter,
             momentum=momentum, nesterov=nesterov, method=method, K_eval=K_eval,
-            callback=callback, record_path=record_path, tol=tol, eigh=eigh, verbose=verbose)
+            callback=callback, record_path=record_path, tol=tol, eigh=eigh, verbose=verbose,
+            state=state)
     n = Km.shape[0]
     if method == "auto":
-        method = "spectral" if (eigh is not None or (n <= SPECTRAL_MAX_N and fits(Km))) \
-            else "iterative"
+        method = "spectral" if state is None and (
+            eigh is not None or (n <= SPECTRAL_MAX_N and fits(Km))) else "iterative"
     if method == "spectral":
         return _gd_spectral(Km, Y, Em, y, learning_rate, max_iter, float(momentum), nesterov,
                             callback, record_path, tol, eigh)
     eta = gradient_learning_rate(K) if learning_rate == "auto" else _check_eta(learning_rate)
     gamma = float(momentum)
     B = Y.shape[0]
-    alpha = torch.zeros_like(Y)
-    F = torch.zeros_like(Y)  # K alpha
-    F_prev = F.clone()
-    alpha_prev = alpha.clone()
-    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    saved = _resumed(state, ("alpha", "F", "alpha_prev", "F_prev", "R", "E"))
+    if saved is None:
+        k, alpha, F = 0, torch.zeros_like(Y), torch.zeros_like(Y)  # F = K alpha
+        F_prev, alpha_prev = F.clone(), alpha.clone()
+        E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+        R = Y - F
+    else:
+        k, alpha, F, alpha_prev, F_prev, R, E = saved
     y_norm = torch.linalg.vector_norm(Y, dim=-1)
     limit = (1.0 + 1e-6) * y_norm + 1e-12 if gamma == 0 else 1e4 * y_norm + 1e-12
     path = [alpha.clone()] if record_path else None
-    R = Y - F
-    stopped = callback is not None and bool(callback(0, alpha, R, E))
-    k = 0
+    stopped = saved is None and callback is not None and bool(callback(0, alpha, R, E))
     bar = progress(total=max_iter, desc="gradient descent", verbose=verbose,
                    upper_bound=callback is not None or tol > 0)  # may stop early
     while not stopped and k < max_iter:
@@ -198,7 +207,8 @@ def gradient_descent_path(
                 f"residual norm grew from {float(y_norm.max()):.4g} to "
                 f"{float(r_norm.max()):.4g}; use learning_rate <= 2 / s_max(K) or 'auto'."
             )
-        if _after_step(k, alpha, R, E, path, callback):
+        if _after_step(k, alpha, R, E, path, callback, state, F=F, alpha_prev=alpha_prev,
+                       F_prev=F_prev):
             stopped = True
     bar.close()
     return _path_result(alpha, R, E, y, k, eta, path, stopped)
@@ -208,7 +218,8 @@ def gradient_descent_path(
 def _weighted_gradient_path(K, y: torch.Tensor, sample_weight: torch.Tensor, *, learning_rate,
                             max_iter: int, momentum: float, nesterov: bool, method: str,
                             K_eval, callback: Callback | None, record_path: bool, tol: float,
-                            eigh: tuple | None, verbose: int) -> PathResult:
+                            eigh: tuple | None, verbose: int,
+                            state: dict | None = None) -> PathResult:
     """Weighted gradient descent as plain gradient descent on M = W^1/2 K W^1/2 with targets
     W^1/2 y; alpha = W^1/2 beta (see :func:`gradient_descent_path`)."""
     w = _sample_weight(sample_weight, K.shape[0], K.dtype, y.device)
@@ -234,7 +245,7 @@ def _weighted_gradient_path(K, y: torch.Tensor, sample_weight: torch.Tensor, *, 
                                 learning_rate=learning_rate, max_iter=max_iter,
                                 momentum=momentum, nesterov=nesterov, method=method,
                                 K_eval=Ke, callback=cb, tol=tol, eigh=eigh,
-                                record_path=record_path, verbose=verbose)
+                                record_path=record_path, verbose=verbose, state=state)
     scale = sq if y.ndim == 1 else sq[:, None]
     return PathResult(alpha=res.alpha * scale, residual=res.residual / scale,
                       n_iter=res.n_iter, learning_rate=res.learning_rate,
@@ -248,6 +259,7 @@ def sign_gradient_path(
     K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, K_eval=None,
     callback: Callback | None = None, record_path: bool = False, incremental: bool = True,
     tol: float = 0.0, sample_weight: torch.Tensor | None = None, verbose: int = 0,
+    state: dict | None = None,
 ) -> PathResult:
     """Kernel sign gradient descent from alpha_0 = 0: ``alpha_{k+1} = alpha_k + eta sign(r_k)``.
 
@@ -275,6 +287,9 @@ def sign_gradient_path(
     sample_weight : tensor of shape (n,), optional
         Positive finite weights. "auto" then is the step of the repeated-row problem
         (:func:`sign_learning_rate` with the weights).
+    state : dict, optional
+        The loop's state (with the running products K W sign(r)), kept up to date and resumed
+        as in :func:`~kernelflow.solvers.paths.driver.rule_path`.
 
     Returns
     -------
@@ -294,23 +309,26 @@ def sign_gradient_path(
     w = _sample_weight(sample_weight, n, Y.dtype, Y.device)
     eta = sign_learning_rate(K, y, sample_weight=w) if learning_rate == "auto" else \
         _check_eta(learning_rate)
-    if callback is None and not record_path and incremental and tol == 0 and w is None:
+    if (callback is None and not record_path and incremental and tol == 0 and w is None
+            and state is None):
         fast = _native_path("sign", Km, Y, Em, y, eta, max_iter, "sign gradient descent")
         if fast is not None:
             return fast
     B = Y.shape[0]
     sq = None if w is None else w.sqrt()
     ew = None if w is None else eta * w  # the step of each row
-    alpha = torch.zeros_like(Y)
-    R = Y.clone()
-    S = torch.sign(R)
-    Q = batch_matmul(Km, S if w is None else S * w)  # K W sign(r), batch layout
-    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
-    QE = None if Em is None else batch_matmul(Em, S if w is None else S * w)
+    saved = _resumed(state, ("alpha", "R", "S", "Q", "E", "QE"))
+    if saved is None:
+        k, alpha, R = 0, torch.zeros_like(Y), Y.clone()
+        S = torch.sign(R)
+        Q = batch_matmul(Km, S if w is None else S * w)  # K W sign(r), batch layout
+        E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+        QE = None if Em is None else batch_matmul(Em, S if w is None else S * w)
+    else:
+        k, alpha, R, S, Q, E, QE = saved
     path = [alpha.clone()] if record_path else None
-    stopped = callback is not None and bool(callback(0, alpha, R, E))
+    stopped = saved is None and callback is not None and bool(callback(0, alpha, R, E))
     y_norm = torch.linalg.vector_norm(Y if sq is None else sq * Y, dim=-1)
-    k = 0
     bar = progress(total=max_iter, desc="sign gradient descent", verbose=verbose,
                    upper_bound=callback is not None or tol > 0)  # may stop early
     while not stopped and k < max_iter:
@@ -346,7 +364,7 @@ def sign_gradient_path(
                 if QE is not None:
                     QE = QE + dS @ columns_t(Em, idx)
             S = S_new
-        if _after_step(k, alpha, R, E, path, callback):
+        if _after_step(k, alpha, R, E, path, callback, state, S=S, Q=Q, QE=QE):
             stopped = True
     bar.close()
     if not bool(torch.isfinite(R).all()):
@@ -358,7 +376,7 @@ def sign_gradient_path(
 def coordinate_descent_path(
     K, y: torch.Tensor, *, learning_rate="auto", max_iter: int = 1000, K_eval=None,
     callback: Callback | None = None, record_path: bool = False, tol: float = 0.0,
-    sample_weight: torch.Tensor | None = None, verbose: int = 0,
+    sample_weight: torch.Tensor | None = None, verbose: int = 0, state: dict | None = None,
 ) -> PathResult:
     """Kernel coordinate descent (forward stagewise) from alpha_0 = 0.
 
@@ -380,7 +398,7 @@ def coordinate_descent_path(
         Stop once max |r| <= tol max |y|.
     sample_weight : tensor of shape (n,), optional
         Positive finite weights; "auto" is the same step as without them.
-    K_eval, callback, record_path, verbose
+    K_eval, callback, record_path, verbose, state
         As in :func:`gradient_descent_path`.
 
     Returns
@@ -404,18 +422,20 @@ def coordinate_descent_path(
     w = _sample_weight(sample_weight, Km.shape[0], Y.dtype, Y.device)
     eta = coordinate_learning_rate(K, y) if learning_rate == "auto" else \
         _check_eta(learning_rate)
-    if callback is None and not record_path and tol == 0 and w is None:
+    if callback is None and not record_path and tol == 0 and w is None and state is None:
         fast = _native_path("coordinate", Km, Y, Em, y, eta, max_iter, "coordinate descent")
         if fast is not None:
             return fast
     B = Y.shape[0]
-    alpha = torch.zeros_like(Y)
-    R = Y.clone()
-    E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    saved = _resumed(state, ("alpha", "R", "E"))
+    if saved is None:
+        k, alpha, R = 0, torch.zeros_like(Y), Y.clone()
+        E = None if Em is None else torch.zeros(B, Em.shape[0], dtype=Y.dtype, device=Y.device)
+    else:
+        k, alpha, R, E = saved
     y_max = Y.abs().amax(dim=-1)
     path = [alpha.clone()] if record_path else None
-    stopped = callback is not None and bool(callback(0, alpha, R, E))
-    k = 0
+    stopped = saved is None and callback is not None and bool(callback(0, alpha, R, E))
     bar = progress(total=max_iter, desc="coordinate descent", verbose=verbose,
                    upper_bound=True)  # stops early at a zero residual too
     tol_level = float(tol * y_max.max()) if B == 1 else 0.0
@@ -435,7 +455,7 @@ def coordinate_descent_path(
                     E[0].add_(column(Em, m), alpha=step)
                 k += 1
                 bar.update()
-                if _after_step(k, alpha, R, E, path, callback):
+                if _after_step(k, alpha, R, E, path, callback, state):
                     stopped = True
                 continue
         moves = coordinate_moves(R, tol, y_max)
@@ -450,7 +470,7 @@ def coordinate_descent_path(
             E = E + delta @ columns_t(Em, idx)
         k += 1
         bar.update()
-        if _after_step(k, alpha, R, E, path, callback):
+        if _after_step(k, alpha, R, E, path, callback, state):
             stopped = True
     bar.close()
     if not bool(torch.isfinite(R).all()):
