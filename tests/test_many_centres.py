@@ -147,13 +147,11 @@ def test_invalid_parameters_refused(kwargs, match):
         nystrom_eigen_cg(ArraySource(X, y), Gaussian(1.0), X[:20], **kwargs)
 
 
-def test_estimator_refuses_bad_solver_and_checkpoint(tmp_path):
+def test_estimator_refuses_bad_solver():
     X, y = _data(200, 3)
     with pytest.raises(ValueError, match="solver"):
         NystromKernelRidge(20, solver="eigenpro").fit(X.numpy(), y.numpy())
-    with pytest.raises(ValueError, match="checkpoint"):
-        NystromKernelRidge(20, solver="eigen_cg", random_state=0,
-                           checkpoint=tmp_path / "c.kfm").fit(X.numpy(), y.numpy())
+    # eigen-CG checkpoints: tests/test_checkpoint_paths.py
 
 
 def test_interrupted_fit_leaves_previous_model(monkeypatch):

@@ -241,7 +241,7 @@ class NystromKernelRidge(_NystromBase):
         "eigen_cg" (many centres) runs CG with a rank-s eigen-preconditioner built from
         s = min(M, 1000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`): setup
         O(M s^2 + s^3) and memory O(M s), no M x M matrix, but more passes than "cg" when
-        alpha / n is small against K_MM's spectrum beyond its s-th eigenvalue; no checkpoint.
+        alpha / n is small against K_MM's spectrum beyond its s-th eigenvalue.
     compute_variance : bool or {"dtc", "fitc"}, default=False
         One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
         (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
@@ -255,8 +255,9 @@ class NystromKernelRidge(_NystromBase):
     alpha_bounds : (float, float), default=(1e-6, 1e3)
         Bounds of the learned penalty (noise variance relative to the signal variance).
     checkpoint : str or path-like, default=None
-        File where the conjugate-gradient state is written every ``checkpoint_interval``
-        seconds (atomically, in the safe model-file layout). A fit given a path that holds a
+        File where the conjugate-gradient state ("cg" and "eigen_cg") is written every
+        ``checkpoint_interval`` seconds (atomically, in the safe model-file layout). A fit
+        given a path that holds a
         checkpoint of the same problem (data, parameters, centres) continues from it and ends
         with the model of an uninterrupted fit; one of another problem is refused with a
         ValueError naming what differs. A completed fit deletes the file. The direct solve
@@ -441,9 +442,8 @@ class NystromKernelRidge(_NystromBase):
                       dtype=d.dtype, options=d.options, block_size=self.block_size,
                       verbose=self.verbose, moments=d.solver_moments())
         if self.solver == "eigen_cg":
-            if ckpt is not None:
-                raise ValueError("checkpoint is not supported with solver='eigen_cg'.")
-            sol = nystrom_eigen_cg(d.train, d.kernel, d.centers, p.alpha, **common)
+            sol = nystrom_eigen_cg(d.train, d.kernel, d.centers, p.alpha, checkpoint=ckpt,
+                                   **common)
         else:
             sol = nystrom_krr(d.train, d.kernel, d.centers, p.alpha, solver=self.solver,
                               checkpoint=ckpt, **common)
