@@ -248,7 +248,8 @@ def early_stopped_path(path_function: Callable | PathRule | str, K_train,
     resume_kw: dict[str, Any] = {}
     if resume is not None:
         resume.restore_validation(monitor, best)
-        resume_kw = resume.run_kwargs("validation", resume.monitor_extra(monitor, best))
+        resume_kw = resume.run_kwargs("validation", resume.monitor_extra(monitor, best),
+                                      last=path_kwargs.get("max_iter"))
     save = resume_kw.pop("callback", None)
 
     def callback(k, alpha, residual, eval_predictions):
@@ -458,7 +459,7 @@ def fit_path(path_function: Callable | PathRule | str, kernel, X: torch.Tensor, 
     refit_kw: dict[str, Any] = {} if eigh is None else {"eigh": eigh}
     kw = dict(path_kwargs, learning_rate=eta, verbose=verbose)
     if not early_stopping:
-        refit_kw.update({} if ck is None else ck.run_kwargs("path"))
+        refit_kw.update({} if ck is None else ck.run_kwargs("path", last=max_iter))
         res = run_path(rule, K, y, sample_weight=sw, max_iter=max_iter, tol=tol, **kw,
                        **refit_kw)
         return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta)
@@ -476,7 +477,8 @@ def fit_path(path_function: Callable | PathRule | str, kernel, X: torch.Tensor, 
         validation_weight=None if sw is None else w_va[va_t],
         validation_loss=validation_loss, resume=ck, **kw)
     if ck is not None:
-        refit_kw.update(ck.run_kwargs("refit", lambda: {"validation": dict(vars(es))}))
+        refit_kw.update(ck.run_kwargs("refit", lambda: {"validation": dict(vars(es))},
+                                      last=es.best_iteration))
     res = run_path(rule, K, y, sample_weight=sw, max_iter=es.best_iteration, **kw, **refit_kw)
     return PathFit(alpha=res.alpha, n_iter=res.n_iter, learning_rate=eta, early_stopping=es,
                    validation_indices=va_t.cpu().numpy().astype(np.int64))

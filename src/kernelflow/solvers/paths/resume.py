@@ -77,13 +77,15 @@ class PathCheckpoint:
         """The validation run's outcome stored by the refit, or None (the run is still to do)."""
         return self.saved["validation"] if self.phase == "refit" else None
 
-    def run_kwargs(self, phase: str, extra: Callable[[], dict] | None = None) -> dict:
+    def run_kwargs(self, phase: str, extra: Callable[[], dict] | None = None, *,
+                   last: int | None = None) -> dict:
         """``state`` and ``callback`` arguments of a path run of ``phase``: the (resumed) loop
-        state, and a callback that writes it with ``extra()`` every interval."""
+        state, and a callback that writes it with ``extra()`` every interval, except before
+        the first step and at step ``last`` (the end of the run: it never resumes)."""
         loop = self.loop(phase)
 
         def save(*_: Any) -> None:
-            if "k" not in loop:  # before the first step: nothing to resume from
+            if "k" not in loop or (last is not None and loop["k"] >= last):
                 return
             self.checkpoint.maybe_save(lambda: {
                 "phase": phase, "learning_rate": self.learning_rate, "loop": dict(loop),
