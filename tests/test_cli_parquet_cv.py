@@ -301,3 +301,16 @@ def test_models_that_cannot_stream_still_load(data_dir, tmp_path, monkeypatch, c
                            "--model", "kernel_ridge", "--cv", "3", "-q")
     assert code == 0, err
     assert "streamed" not in out and f"on {N} rows x 3 features" in out
+
+
+def test_row_name_columns_are_left_out_as_when_loading(tmp_path, monkeypatch, capsys):
+    df = _frame(n=40)
+    _write(df.assign(rownames=np.arange(1, 41)), tmp_path / "r.parquet", 16)
+    _no_loading(monkeypatch)
+    args = ["evaluate", "r.parquet", "--target", "y", "--model", "nystrom_ridge", "--cv", "2",
+            "-p", "n_components=5", "-q"]
+    code, out, err = _main(monkeypatch, capsys, tmp_path, *args)
+    assert code == 0, err
+    assert "on 40 rows x 3 features" in out and "left out index-like column(s) 'rownames'" in err
+    code, out, err = _main(monkeypatch, capsys, tmp_path, *args, "--keep-index-columns")
+    assert code == 0 and "on 40 rows x 4 features" in out, err

@@ -274,9 +274,7 @@ def index_columns(df: pd.DataFrame, exclude: Collection[Hashable] = ()) -> list[
     for col in df.columns:
         if col in exclude:
             continue
-        name = str(col).strip()
-        if name.lower() in ("rownames", "row.names", "row_names", "") or name.startswith(
-                "Unnamed: "):
+        if _index_like_name(col):
             out.append(col)
             continue
         values = df[col]
@@ -285,6 +283,13 @@ def index_columns(df: pd.DataFrame, exclude: Collection[Hashable] = ()) -> list[
             if np.array_equal(v, np.arange(n)) or np.array_equal(v, np.arange(1, n + 1)):
                 out.append(col)
     return out
+
+
+def _index_like_name(col: Hashable) -> bool:
+    """A column name that says "row names" (R's ``rownames``, pandas' ``Unnamed: k``)."""
+    name = str(col).strip()
+    return name.lower() in ("rownames", "row.names", "row_names", "") or name.startswith(
+        "Unnamed: ")
 
 
 def split_xy(df: pd.DataFrame, target: str | None, *, features: Sequence[str] | None = None,
@@ -753,8 +758,16 @@ def _streamed_source(args: argparse.Namespace) -> Any:
     """The Parquet data set of ``fit``/``evaluate`` as a streaming source with its target."""
     if not args.target:
         raise CLIError(f"--target is required for {args.data}")
+    features, drop = _split_list(args.features), _split_list(args.drop)
+    source = parquet_source(str(args.data), target=args.target, features=features, drop=drop)
+    named = [] if features or args.keep_index_columns else [
+        c for c in source.features if _index_like_name(c)]
+    if not named or len(named) == source.n_features:
+        return source
+    _note(f"left out index-like column(s) {', '.join(map(repr, named))} of {args.data} (row "
+          "names, not features); --keep-index-columns keeps them")
     return parquet_source(str(args.data), target=args.target,
-                          features=_split_list(args.features), drop=_split_list(args.drop))
+                          features=[c for c in source.features if c not in named])
 
 
 def _streamed_cv_score(args: argparse.Namespace, model: BaseEstimator, source: Any,
