@@ -29,6 +29,9 @@ def _weighted_median(y: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
 
 
 def _rule(est, y: torch.Tensor) -> HuberRule:
+    """The Huber rule of ``est`` for the targets ``y`` (kept for :func:`_store_epsilon`); the
+    ``_rule`` method of both estimators."""
+    est._yc = y
     est._huber_rule = HuberRule(None if est.epsilon == "auto" else float(est.epsilon))
     return est._huber_rule
 
@@ -144,9 +147,7 @@ class KernelHuberGradientDescent(PathRegressor):
             checkpoint_interval=checkpoint_interval)
         self.epsilon = epsilon
 
-    def _rule(self, y):
-        self._yc = y
-        return _rule(self, y)
+    _rule = _rule
 
     def _after_fit(self):
         _store_epsilon(self)
@@ -241,9 +242,7 @@ class KernelHuberGradientDescentCV(PathCVRegressor):
                          distributed=distributed)
         self.epsilon = epsilon
 
-    def _rule(self, y):
-        self._yc = y
-        return _rule(self, y)
+    _rule = _rule
 
     def _after_refit(self, path):
         _store_epsilon(self)
