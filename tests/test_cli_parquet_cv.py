@@ -251,6 +251,14 @@ def test_fit_cv_streams_and_records_the_score(data_dir, tmp_path, monkeypatch, c
     ref = type(model[-1])(**NYSTROM).fit(ArraySource(scaler.transform(X), y))
     np.testing.assert_allclose(model.predict(X), ref.predict(scaler.transform(X)), rtol=0,
                                atol=1e-10)
+    # the model predicts a CSV file (named columns) as it predicts the Parquet blocks
+    df.to_csv(tmp_path / "same.csv", index=False)
+    monkeypatch.undo()
+    code, out, err = _main(monkeypatch, capsys, tmp_path, "predict", "m.npz", "same.csv", "-o",
+                           "pred.csv", "-q")
+    assert code == 0 and "warning" not in err, err
+    np.testing.assert_allclose(pd.read_csv(tmp_path / "pred.csv")["prediction"],
+                               model.predict(X), rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------

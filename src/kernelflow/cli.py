@@ -909,7 +909,10 @@ def cmd_predict(args: argparse.Namespace) -> int:
         X = df
     check_numeric(X, args.data)
     _stages(args).say(f"predicting {len(X)} rows")
-    pred = np.asarray(model.predict(X.astype("float64")))  # class labels keep their type
+    # a model fitted on a stream saw no column names: give it the columns, in order, unnamed
+    data = X.astype("float64") if hasattr(model, "feature_names_in_") else \
+        X.to_numpy(dtype="float64")
+    pred = np.asarray(model.predict(data))  # class labels keep their type
     cols = ["prediction"] if pred.ndim == 1 else [f"prediction_{i}" for i in range(pred.shape[1])]
     out = pd.DataFrame(pred.reshape(len(X), -1), columns=cols)
     if args.output and fmt == "parquet":
@@ -925,7 +928,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if classifier or _is_numeric(df[target]):  # the file has the answers: report the score
             label = "accuracy" if classifier else "R^2"
             truth = df[target] if classifier else df[target].astype("float64")
-            score = model.score(X.astype("float64"), truth)
+            score = model.score(data, truth)
             print(f"{label} on {args.data}: {score:.4f}")
     return 0
 
