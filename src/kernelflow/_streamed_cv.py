@@ -13,7 +13,8 @@ block size nor on how the data set is cut into files or row groups. Cost O(b + K
 any :class:`~kernelflow.sources.DataSource`, with its rows numbered 0, 1, ... in order, as an
 :class:`~kernelflow.sources.ArraySource` of the same rows would be; :class:`ScoreSums` holds the
 sums from which the usual regression scores and the accuracy are computed over a stream, each
-equal to scikit-learn's scorer on the same rows.
+equal to scikit-learn's scorer on the same rows; :class:`StandardisedSource` applies a fitted
+``StandardScaler``'s statistics to every block, so a scaled model learns from a stream too.
 """
 
 from __future__ import annotations
@@ -44,7 +45,8 @@ def fold_of(positions: np.ndarray, n_folds: int, seed: int) -> np.ndarray:
 
     Row ``p`` is dealt to a fold inside its chunk ``p // n_folds`` by the rank of its seeded
     position hash among the chunk's ``n_folds`` hashes, so each chunk fills every fold once.
-    Cost O(len(positions) + n_folds).
+    Cost O(n_folds) per chunk touched: O(len(positions) + n_folds) for a block of consecutive
+    rows.
 
     Examples
     --------

@@ -727,8 +727,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def _fit_streaming(args: argparse.Namespace, model: BaseEstimator, stages: _Stages) -> int:
-    """``fit`` from a Parquet data set read block by block (no scaling), with a streamed
-    cross-validated score unless ``--cv 0``."""
+    """``fit`` from a Parquet data set read block by block, with a streamed cross-validated
+    score unless ``--cv 0``."""
     from kernelflow.io import save_model
 
     source = _streamed_source(args)
