@@ -21,6 +21,9 @@ from kernelflow.solvers.paths.driver import rule_path
 from kernelflow.solvers.paths.rules import SignRule, weighted_largest_eigenvalue
 from kernelflow.solvers.paths.spectral import ChunkedSpectralFilter
 
+# the deprecated weighted_path is kept working: these tests call it on purpose
+pytestmark = pytest.mark.filterwarnings("ignore:weighted_path is deprecated:DeprecationWarning")
+
 
 def _problem(n=20, t=1, seed=0, dtype=torch.float64):
     g = torch.Generator().manual_seed(seed)

@@ -31,7 +31,22 @@ PATHS = [gradient_descent_path, sign_gradient_path, coordinate_descent_path]
 PATH_ESTIMATORS = [KernelGradientDescent, KernelSignGradient, KernelCoordinateDescent]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# the deprecated weighted_path is kept working: these tests call it on purpose
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:weighted_path is deprecated:DeprecationWarning")]
+
+
+def test_weighted_path_is_deprecated_and_equals_run_path():
+    from kernelflow.solvers.paths.driver import run_path
+    from kernelflow.solvers.paths.rules import SignRule
+
+    K = torch.eye(3, dtype=torch.float64)
+    y = torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64)
+    w = torch.tensor([2.0, 1.0, 0.5], dtype=torch.float64)
+    with pytest.warns(DeprecationWarning, match="run_path"):
+        old = weighted_path(sign_gradient_path, K, y, w, learning_rate=0.1, max_iter=5)
+    new = run_path(SignRule(), K, y, sample_weight=w, learning_rate=0.1, max_iter=5)
+    assert torch.equal(old.alpha, new.alpha)
 
 
 def _problem(n=12, seed=0):
