@@ -36,11 +36,12 @@ once the checkpoint holds at least half of the passes; the same fit is then re-r
 checkpoint and its CPU time compared with that of the uninterrupted fit of the table (whose
 coefficients are saved to the data directory), and the two models' coefficients are compared.
 
-Usage::
+Usage (the runs of ``docs/performance/scale.md``)::
 
-    python benchmarks/scale.py --n 1e5 1e6 --out /tmp/scale.json
-    python benchmarks/scale.py --n 1e5 1e6 1e7 --out results.json --plot docs/img/scale.png
-    python benchmarks/scale.py --n 1e7 --resume-check --out results.json
+    python benchmarks/scale.py --n 1e5 1e6 1e7 --max-iter 10 --estimators nystrom \
+        --resume-check --out /tmp/kfscale/scale10.json
+    python benchmarks/scale.py --n 1e5 1e6 1e7 --max-iter 10 --robust-max-iter 5 \
+        --out /tmp/kfscale/scale10.json --plot docs/img/scale.png
 """
 
 from __future__ import annotations
