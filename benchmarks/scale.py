@@ -24,6 +24,9 @@ and the test RMSE against the noiseless f. Estimators:
 * ``doubly_stochastic``: ``DoublyStochasticRegressor`` (one in-order pass of ``partial_fit``
   over the record batches of 65 536 rows, mini-batches of 1024 rows, 16 blocks of 128 random
   features at most, so an iteration costs the same whatever n), sigma = 3, alpha = 1e-6;
+* ``nystrom_fixed`` (not run by default): ``nystrom`` with the same 2000 centres at every n
+  (rows drawn from the first file), which separates the effect of n on the test error from
+  that of the centre draw;
 * ``robust``: ``NystromRobustRegressor`` (M = 2000, absolute loss, sigma = 3, alpha = n lambda,
   ``tol=0`` and ``--robust-max-iter`` iterations, default ``--max-iter``).
 
@@ -61,6 +64,7 @@ HERE = os.path.abspath(__file__)
 LAMBDA, SIGMA, M, N_TEST = 1e-6, 3.0, 2000, 10_000
 FILE_ROWS, GROUP_ROWS, D = 100_000, 50_000, 9
 ESTIMATORS = ("nystrom", "doubly_stochastic", "robust")
+CHOICES = ESTIMATORS + ("nystrom_fixed",)
 
 
 # ---- data -----------------------------------------------------------------------------------
@@ -129,14 +133,25 @@ def _cpu():
     return r.ru_utime + r.ru_stime
 
 
-def make_estimator(name, n, max_iter, budget_mb, checkpoint=None, interval=10.0):
+def fixed_centres(data_dir):
+    """M rows drawn (seed 0) from the first file: centres common to every n."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(file_path(data_dir, 0), columns=[f"x{j}" for j in range(D)])
+    X = np.column_stack([table.column(j).to_numpy() for j in range(D)])
+    return X[np.sort(np.random.RandomState(0).choice(X.shape[0], M, replace=False))]
+
+
+def make_estimator(name, n, max_iter, budget_mb, checkpoint=None, interval=10.0,
+                   landmarks="uniform"):
     from kernelflow.operators import Options
 
     opts = Options(memory_budget=int(budget_mb) << 20)
-    if name == "nystrom":
+    if name in ("nystrom", "nystrom_fixed"):
         from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
 
-        return NystromKernelRidge(M, sigma=SIGMA, alpha=n * LAMBDA, solver="cg", dtype="float32",
+        return NystromKernelRidge(M, landmarks=landmarks, sigma=SIGMA, alpha=n * LAMBDA,
+                                  solver="cg", dtype="float32",
                                   max_iter=max_iter, tol=1e-12, random_state=0, options=opts,
                                   checkpoint=checkpoint, checkpoint_interval=interval)
     if name == "robust":
@@ -159,8 +174,9 @@ def worker(spec):
     warnings.simplefilter("ignore")
     name, n = spec["estimator"], int(spec["n"])
     src, read = source(spec["data_dir"], n)
+    centres = fixed_centres(spec["data_dir"]) if name == "nystrom_fixed" else "uniform"
     est = make_estimator(name, n, spec["max_iter"], spec["budget_mb"],
-                         spec.get("checkpoint"), spec.get("interval", 10.0))
+                         spec.get("checkpoint"), spec.get("interval", 10.0), centres)
     c0, w0 = _cpu(), time.perf_counter()
     if name == "doubly_stochastic":  # one in-order pass of partial_fit over the record batches
         for b in src.iter_blocks(65536, dtype=torch.float32):
@@ -277,7 +293,7 @@ def load_jsonl(path):
 
 def summary(rows):
     out = {}
-    for name in ESTIMATORS:
+    for name in CHOICES:
         r = sorted((x for x in rows if x["estimator"] == name), key=lambda x: x["n"])
         if len(r) < 2:
             continue
@@ -321,7 +337,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker")
     ap.add_argument("--n", nargs="+", type=float, default=[1e5, 1e6, 1e7])
-    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
+    ap.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=CHOICES)
     ap.add_argument("--data-dir", default="/tmp/kernelflow-scale")
     ap.add_argument("--max-iter", type=int, default=20)
     ap.add_argument("--robust-max-iter", type=int,
@@ -342,7 +358,8 @@ def main():
     jsonl = os.path.splitext(args.out)[0] + ".jsonl"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     rows = load_jsonl(jsonl)
-    iters = {"nystrom": args.max_iter, "doubly_stochastic": args.max_iter,
+    iters = {"nystrom": args.max_iter, "nystrom_fixed": args.max_iter,
+             "doubly_stochastic": args.max_iter,
              "robust": args.robust_max_iter or args.max_iter}
     for n in ns:
         for name in args.estimators:
@@ -351,8 +368,8 @@ def main():
                 continue
             spec = {"estimator": name, "n": n, "data_dir": args.data_dir,
                     "max_iter": iters[name], "budget_mb": args.budget_mb}
-            if name == "nystrom":
-                spec["save_coef"] = os.path.join(args.data_dir, f"nystrom-{n}-coef.npy")
+            if name.startswith("nystrom"):
+                spec["save_coef"] = os.path.join(args.data_dir, f"{name}-{n}-coef.npy")
             r = run_fit(spec)
             print(json.dumps(r), flush=True)
             rows.append(r)
