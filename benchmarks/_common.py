@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmark scripts: timing, peak memory, machine roofline, tables."""
+"""Helpers shared by the benchmark scripts: timing, peak memory, machine roofline, tables, and
+the smooth test problem of the Nyström side-by-side benchmarks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
 
 
@@ -102,3 +104,28 @@ def dump_json(path: str | None, payload) -> None:
     if path:
         with open(path, "w") as fh:
             json.dump(payload, fh, indent=2, default=str)
+
+
+# ---- the Nyström side-by-side problem (nystrom_vs_falkon, many_centres, scale) ----------------
+def smooth_f(X):
+    """sin(2 u1) + 0.5 tanh(2 u2) + 0.25 u1 u2 with u the projections of ``X`` (n, 9) on two
+    fixed orthonormal directions, in float64."""
+    Q, _ = np.linalg.qr(np.random.RandomState(12345).randn(9, 2))
+    u = np.asarray(X, dtype=np.float64) @ Q
+    return np.sin(2 * u[:, 0]) + 0.5 * np.tanh(2 * u[:, 1]) + 0.25 * u[:, 0] * u[:, 1]
+
+
+def smooth_data(n, dtype="float32", seed=0, n_test=10_000):
+    """(X, y, X_test, f_test): X ~ N(0, I_9), y = f + 0.1 N(0, 1) in ``dtype``; f_test noiseless."""
+    rng = np.random.RandomState(seed)
+    X = rng.randn(n + n_test, 9)
+    f = smooth_f(X)
+    y = f + 0.1 * rng.randn(n + n_test)
+    X, y = X.astype(dtype), y.astype(dtype)
+    return X[:n], y[:n], X[n:], f[n:]
+
+
+def centres(X, M, seed=0):
+    """``M`` rows of ``X`` drawn without replacement, in row order (the same for every method)."""
+    idx = np.sort(np.random.RandomState(seed + 1).choice(X.shape[0], M, replace=False))
+    return X[idx]

@@ -70,21 +70,9 @@ QUICK = [
 ]
 LAMBDA, SIGMA, N_TEST = 1e-6, 3.0, 10_000
 
-
-def data(n, dtype, seed=0):
-    rng = np.random.RandomState(seed)
-    Q, _ = np.linalg.qr(np.random.RandomState(12345).randn(9, 2))
-    X = rng.randn(n + N_TEST, 9)
-    u = X @ Q
-    f = np.sin(2 * u[:, 0]) + 0.5 * np.tanh(2 * u[:, 1]) + 0.25 * u[:, 0] * u[:, 1]
-    y = f + 0.1 * rng.randn(n + N_TEST)
-    X, y = X.astype(dtype), y.astype(dtype)
-    return X[:n], y[:n], X[n:], f[n:]
-
-
-def centres(X, M, seed=0):
-    idx = np.sort(np.random.RandomState(seed + 1).choice(X.shape[0], M, replace=False))
-    return X[idx]
+sys.path.insert(0, os.path.dirname(HERE))
+from _common import centres  # noqa: E402
+from _common import smooth_data as data  # noqa: E402
 
 
 def worker(spec):

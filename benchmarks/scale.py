@@ -65,19 +65,16 @@ import numpy as np
 
 HERE = os.path.abspath(__file__)
 LAMBDA, SIGMA, M, N_TEST = 1e-6, 3.0, 2000, 10_000
+
+sys.path.insert(0, os.path.dirname(HERE))
+from _common import smooth_f  # noqa: E402
+
 FILE_ROWS, GROUP_ROWS, D = 100_000, 50_000, 9
 ESTIMATORS = ("nystrom", "doubly_stochastic", "robust")
 CHOICES = ESTIMATORS + ("nystrom_fixed", "nystrom_direct")
 
 
 # ---- data -----------------------------------------------------------------------------------
-def smooth_f(X):
-    """The noiseless function of ``benchmarks/nystrom_vs_falkon.py`` (float64)."""
-    Q, _ = np.linalg.qr(np.random.RandomState(12345).randn(9, 2))
-    u = np.asarray(X, dtype=np.float64) @ Q
-    return np.sin(2 * u[:, 0]) + 0.5 * np.tanh(2 * u[:, 1]) + 0.25 * u[:, 0] * u[:, 1]
-
-
 def file_path(data_dir, i):
     return os.path.join(data_dir, f"part-{i:05d}.parquet")
 
