@@ -82,6 +82,25 @@ def sine_cosine(X: np.ndarray) -> np.ndarray:
 PACKAGE = kernelflow.__name__
 
 
+def interrupt_cg(monkeypatch, module, after: int | None) -> list[int]:
+    """Replace ``module.conjugate_gradient`` by one whose callback raises KeyboardInterrupt after
+    iteration ``after`` (None: never); returns the list of iterations seen."""
+    orig = module.conjugate_gradient
+    seen: list[int] = []
+
+    def wrapped(*args, callback=None, **kw):
+        def cb(k, X, R):
+            seen.append(k)
+            stop = callback(k, X, R)
+            if after is not None and k == after:
+                raise KeyboardInterrupt
+            return stop
+        return orig(*args, callback=cb, **kw)
+
+    monkeypatch.setattr(module, "conjugate_gradient", wrapped)
+    return seen
+
+
 def _public_modules() -> Iterator[str]:
     """``kernelflow`` and every module or package below it with no ``_``-prefixed part."""
     yield PACKAGE

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from _helpers import regression_data
+from _helpers import interrupt_cg, regression_data
 
 import kernelflow.solvers.doubly_stochastic as ds_solver
 import kernelflow.solvers.nystrom as ny_solver
@@ -37,20 +37,7 @@ DS = dict(max_iter=6, block_size=16, tol=None, average=2, random_state=0)
 
 def _interrupt_cg(monkeypatch, after):
     """Raise KeyboardInterrupt from the CG loop after ``after`` iterations; count iterations."""
-    orig = ny_solver.conjugate_gradient
-    seen = []
-
-    def wrapped(*args, callback=None, **kw):
-        def cb(k, X, R):
-            seen.append(k)
-            stop = callback(k, X, R)
-            if after is not None and k == after:
-                raise KeyboardInterrupt
-            return stop
-        return orig(*args, callback=cb, **kw)
-
-    monkeypatch.setattr(ny_solver, "conjugate_gradient", wrapped)
-    return seen
+    return interrupt_cg(monkeypatch, ny_solver, after)
 
 
 def _interrupt_passes(monkeypatch, module, name, after):

@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from _helpers import regression_data
+from _helpers import interrupt_cg, regression_data
 
 from kernelflow.estimators import NystromKernelRidge
 from kernelflow.estimators.coordinate_descent import KernelCoordinateDescent
@@ -290,20 +290,7 @@ def _interrupt_eigen_cg(monkeypatch, after=KILL_STEP):
     returns the passes seen."""
     import kernelflow.solvers.nystrom_eigen_cg as eig
 
-    orig = eig.conjugate_gradient
-    seen = []
-
-    def wrapped(*args, callback=None, **kw):
-        def cb(k, X, R):
-            seen.append(k)
-            stop = callback(k, X, R)
-            if k == after:
-                raise KeyboardInterrupt
-            return stop
-        return orig(*args, callback=cb, **kw)
-
-    monkeypatch.setattr(eig, "conjugate_gradient", wrapped)
-    return seen
+    return interrupt_cg(monkeypatch, eig, after)
 
 
 @pytest.mark.parametrize("early_stopping", [False, True])
