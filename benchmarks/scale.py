@@ -2,8 +2,8 @@
 
 Data as in ``benchmarks/nystrom_vs_falkon.py`` and ``benchmarks/many_centres.py``:
 X ~ N(0, I_9), f = sin(2 u1) + 0.5 tanh(2 u2) + 0.25 u1 u2 (u the projections on two fixed
-orthonormal directions), y = f + 0.1 N(0, 1), float32 columns ``x0`` ... ``x8``, ``y``. The
-data set is generated once to ``--data-dir`` (never loaded whole): files of 10^5 rows
+orthonormal directions), y = f + 0.1 N(0, 1) (``--noise`` sets the 0.1), float32 columns
+``x0`` ... ``x8``, ``y``. The data set is generated once to ``--data-dir`` (never loaded whole): files of 10^5 rows
 (row groups of 50 000), so the first n / 10^5 files are the data set of n rows. The test set
 is 10 000 more points with the noiseless f (``test.npz``).
 
@@ -79,12 +79,28 @@ def file_path(data_dir, i):
     return os.path.join(data_dir, f"part-{i:05d}.parquet")
 
 
-def generate(data_dir, n_max):
-    """Write the files of the first ``n_max`` rows (those present are kept) and the test set."""
+def generate(data_dir, n_max, noise=0.1):
+    """Write the files of the first ``n_max`` rows (those present are kept) and the test set.
+
+    ``noise`` is the standard deviation of the target noise; it is recorded in the directory
+    (``noise.json``) and a directory written with another noise level is refused. The inputs
+    and the standard normal noise draw are the same whatever ``noise`` (only its scale changes).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     os.makedirs(data_dir, exist_ok=True)
+    meta = os.path.join(data_dir, "noise.json")
+    if os.path.exists(meta):
+        with open(meta) as fh:
+            old = json.load(fh)["noise"]
+        if old != noise:
+            raise SystemExit(f"{data_dir} holds data with noise {old}, not {noise}: "
+                             "use another --data-dir")
+    elif any(os.path.exists(file_path(data_dir, i)) for i in range(2)) and noise != 0.1:
+        raise SystemExit(f"{data_dir} holds data of unknown noise: use another --data-dir")
+    with open(meta, "w") as fh:
+        json.dump({"noise": noise}, fh)
     t0 = time.time()
     for i in range(-(-n_max // FILE_ROWS)):
         path = file_path(data_dir, i)
@@ -92,7 +108,7 @@ def generate(data_dir, n_max):
             continue
         rng = np.random.RandomState(1000 + i)
         X = rng.randn(FILE_ROWS, D)
-        y = smooth_f(X) + 0.1 * rng.randn(FILE_ROWS)
+        y = smooth_f(X) + noise * rng.randn(FILE_ROWS)
         cols = {f"x{j}": pa.array(X[:, j].astype(np.float32)) for j in range(D)}
         cols["y"] = pa.array(y.astype(np.float32))
         tmp = path + ".tmp"
@@ -353,6 +369,8 @@ def main():
     ap.add_argument("--plot")
     ap.add_argument("--resume-check", action="store_true")
     ap.add_argument("--interval", type=float, default=10.0)
+    ap.add_argument("--noise", type=float, default=0.1,
+                    help="standard deviation of the target noise (one value per --data-dir)")
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
@@ -360,7 +378,7 @@ def main():
     ns = sorted(int(v) for v in args.n)
     if any(n % FILE_ROWS for n in ns):
         raise SystemExit(f"every n must be a multiple of {FILE_ROWS}")
-    generate(args.data_dir, max(ns))
+    generate(args.data_dir, max(ns), args.noise)
     jsonl = os.path.splitext(args.out)[0] + ".jsonl"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     rows = load_jsonl(jsonl)
