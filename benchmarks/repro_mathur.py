@@ -8,18 +8,26 @@
   columns, the paper uses MNIST pixels) and ``breast_cancer`` (30 columns).
 * ``large``: Nyström of a Gaussian kernel (sigma = 0.5, the paper's value, on inputs scaled to
   [-1, 1]^d) on a diamonds subsample (stand-in for the paper's 10^4 - 4.6 10^4 row sets):
-  Frobenius factor ``||K - K_S||_F / ||K - K_k||_F`` and selection time, uniform, ridge leverage
-  scores (RLS) and randomly pivoted Cholesky against the continuous selector.
+  Frobenius factor ``||K - K_S||_F / ||K - K_k||_F`` and selection time (CPU and wall), uniform,
+  ridge leverage scores (RLS), randomly pivoted Cholesky and greedy against the continuous
+  selector.
 
 Baselines are measured in the same run. Usage::
 
     python benchmarks/repro_mathur.py [--quick] [--n 4000] [--trials 5] [--large-ks 50 100 200 400]
         [--plot docs/img]
+    python benchmarks/repro_mathur.py --sections large --n 10000 --trials 3
+        --large-ks 50 100 200 --large-out fig4.jsonl    (checkpointed: rerun it to resume)
+    python benchmarks/repro_mathur.py --summary --large-out fig4.jsonl
+
+``--large-out`` appends one JSON line per finished selection (n, selector, k, trial, seed,
+factor, CPU and wall seconds, the continuous selector's probes); a rerun skips those lines.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -32,7 +40,7 @@ from kernelflow.kernels import Gaussian, Linear  # noqa: E402
 from kernelflow.landmarks import SELECTORS, ContinuousSelector  # noqa: E402
 
 CSSP_SELECTORS = ["uniform", "rls", "kdpp", "greedy", "continuous"]
-LARGE_SELECTORS = ["uniform", "rls", "rpcholesky", "continuous"]
+LARGE_SELECTORS = ["uniform", "rls", "rpcholesky", "greedy", "continuous"]
 DETERMINISTIC = {"greedy", "pivoted_cholesky"}
 
 
@@ -91,30 +99,201 @@ def _tail_fro2(K, ks, dense_max=5000):
     return {k: total - float((top[:k] ** 2).sum()) for k in ks}
 
 
-def large_factors(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3, dense_max=5000):
-    """Frobenius factors and selection times ``{selector: {k: [(factor, seconds), ...]}}``.
+#: Up to this many rows the continuous selector of the ``large`` section stores its kernel
+#: matrix (``cache=True``: 8 n^2 bytes, 3.2 GB at 2 10^4, beside the benchmark's own copy
+#: of K for the errors); above it every product goes through the tiled kernel engine. With
+#: one thread a CG iteration with all columns active took about half the CPU time when
+#: stored (n = 4000 and 10^4, see docs/reproductions/mathur.md).
+CACHE_MAX = 20000
 
-    Above ``dense_max`` rows the continuous selector runs with ``cache=False`` (products
-    through the tiled kernel engine, no stored n x n kernel inside the selector) and the
-    best rank-k errors come from the top eigenvalues only; K is still formed once for the
-    errors (8 n^2 bytes)."""
+
+def large_plan(selectors, ks, trials):
+    """``(selector, k, trial)`` in run order: every other selector at every k first (greedy
+    once, it is deterministic), then the continuous selector trial by trial over the k,
+    so that a partial run holds one trial of it at every k."""
+    plan = [(s, k, t) for k in ks for s in selectors if s != "continuous"
+            for t in range(1 if s in DETERMINISTIC else trials)]
+    if "continuous" in selectors:
+        plan += [("continuous", k, t) for t in range(trials) for k in ks]
+    return plan
+
+
+def _row_key(row):
+    return (int(row["n"]), float(row["sigma"]), row["selector"], int(row["k"]),
+            int(row["trial"]))
+
+
+def read_rows(path):
+    """The rows of a large-n JSONL file (none if it does not exist); a torn line, left by
+    a run killed while writing it, is skipped (that selection runs again)."""
+    rows = []
+    if not path or not os.path.exists(path):
+        return rows
+    with open(path) as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                print(f"   {path}: skipping a torn line: {line.strip()[:60]}")
+    return rows
+
+
+def _append_row(path, row):
+    """Append one JSON line and flush it to disk (the file is the run's checkpoint)."""
+    with open(path, "ab+") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell():  # after a torn line, start on a fresh one
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        fh.write((json.dumps(row) + "\n").encode())
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _timed_selection(name, X, ker, k, seed, params):
+    """Indices chosen by ``name``, CPU seconds (``time.process_time``), wall seconds and,
+    for the continuous selector, its search record (probes, fallback, last probe's
+    iterations)."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    if name == "continuous":
+        res = ContinuousSelector(**params).run(X, ker, k, random_state=seed)
+        idx = np.asarray(res.support)
+    else:
+        idx = np.asarray(SELECTORS[name]().select(X, ker, k, random_state=seed).indices)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    extra = {}
+    if name == "continuous":
+        extra = {"params": params, "n_probes": len(res.probes), "method": res.method,
+                 "probes": [[float(lam), int(size)] for lam, size in res.probes],
+                 "lam": float(res.lam), "n_iter_last": int(res.n_iter),
+                 "n_cg_iter_last": int(res.n_cg_iter), "n_matvec_last": int(res.n_matvec)}
+    return idx, cpu, wall, extra
+
+
+def large_rows(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3, dense_max=5000,
+               cache_max=CACHE_MAX, out=None):
+    """One row per ``(selector, k, trial)`` in :func:`large_plan` order: the Frobenius
+    factor ``||K - K_S||_F / ||K - K_k||_F``, CPU and wall seconds of the selection, the
+    seed ``1000 trial + k``. With ``out`` (a JSONL path) each row is appended as soon as
+    its selection ends, and rows already there (same n, sigma, selector, k, trial) are
+    returned without running again (resume).
+
+    The continuous selector stores the kernel matrix up to ``cache_max`` rows
+    (``cache=True``), else it runs on tiled products (``cache=False``). Above ``dense_max``
+    rows the best rank-k errors come from the top eigenvalues only (and are reused from
+    ``out`` when there); K is formed once for the errors (8 n^2 bytes)."""
+    n = len(X)
+    done = {_row_key(r): r for r in read_rows(out)}
+    plan = large_plan(selectors, ks, trials)
+    keys = [(n, float(sigma), s, k, t) for s, k, t in plan]
+    rows = [done[key] for key in keys if key in done]
+    todo = [p for p, key in zip(plan, keys) if key not in done]
+    if out:
+        print(f"   {out}: {len(rows)} of {len(plan)} selections present, {len(todo)} to run",
+              flush=True)
+    if not todo:
+        return rows
     ker = Gaussian(sigma)
     K = ker(torch.as_tensor(X), torch.as_tensor(X))
-    tail = _tail_fro2(K, ks, dense_max)
-    params = {"cache": False} if len(X) > dense_max else {}
-    res = {s: {} for s in selectors}
-    for s in selectors:
-        for k in ks:
-            out = []
-            for trial in range(trials):
-                t0 = time.perf_counter()
-                idx = _select(s, X, ker, k, 1000 * trial + k,
-                              **(params if s == "continuous" else {}))
-                secs = time.perf_counter() - t0
-                _, fro2 = nystrom_residual(K, idx)
-                out.append((float(np.sqrt(fro2 / tail[k])), secs))
-            res[s][k] = out
+    tail = {int(r["k"]): float(r["best_fro2"]) for r in done.values()
+            if r["n"] == n and float(r["sigma"]) == float(sigma) and "best_fro2" in r}
+    missing = sorted({k for _, k, _ in todo} - set(tail))
+    if missing:
+        tail.update(_tail_fro2(K, missing, dense_max))
+    params = {"cache": n <= cache_max}
+    for s, k, trial in todo:
+        seed = 1000 * trial + k
+        idx, cpu, wall, extra = _timed_selection(s, X, ker, k, seed,
+                                                 params if s == "continuous" else {})
+        _, fro2 = nystrom_residual(K, idx)
+        row = {"n": n, "sigma": sigma, "selector": s, "k": k, "trial": trial, "seed": seed,
+               "size": int(len(idx)), "factor": float(np.sqrt(fro2 / tail[k])),
+               "fro2": fro2, "best_fro2": tail[k], "cpu_s": cpu, "wall_s": wall,
+               "threads": torch.get_num_threads(),
+               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+        rows.append(row)
+        if out:
+            _append_row(out, row)
+        more = f"  probes {extra['n_probes']} {extra['method']}" if extra else ""
+        print(f"   n={n} {s:10s} k={k:4d} trial={trial}  factor {row['factor']:.3f}"
+              f"  cpu {cpu:8.1f} s  wall {wall:8.1f} s{more}", flush=True)
+    return rows
+
+
+def large_factors(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3, dense_max=5000,
+                  cache_max=CACHE_MAX, out=None):
+    """Frobenius factors and wall times ``{selector: {k: [(factor, seconds), ...]}}`` from
+    :func:`large_rows` (same arguments)."""
+    res = {s: {k: [] for k in ks} for s in selectors}
+    for r in large_rows(X, ks, sigma, selectors, trials, dense_max, cache_max, out):
+        res[r["selector"]][r["k"]].append((r["factor"], r["wall_s"]))
     return res
+
+
+def _growth(pts):
+    """Slope of log y on log n (least squares) over ``{n: y}``, or None below two n."""
+    ns = sorted(pts)
+    if len(ns) < 2:
+        return None
+    return float(np.polyfit(np.log(ns), np.log([pts[n] for n in ns]), 1)[0])
+
+
+def large_summary(rows):
+    """Fig. 4 tables from large-n rows: per (n, sigma) the median Frobenius factor and the
+    median CPU seconds per selector and k, the continuous selector's search, and the growth
+    exponent of the median CPU time in n where rows at several n exist."""
+    order = {s: i for i, s in enumerate(LARGE_SELECTORS)}
+    sels = sorted({r["selector"] for r in rows}, key=lambda s: (order.get(s, 99), s))
+    lines = []
+    for n, sigma in sorted({(r["n"], float(r["sigma"])) for r in rows}):
+        rn = [r for r in rows if r["n"] == n and float(r["sigma"]) == sigma]
+        ks = sorted({r["k"] for r in rn})
+        lines += [f"\nFig. 4 stand-in, diamonds n = {n}, Gaussian sigma = {sigma:g}: median "
+                  "Frobenius factor ||K - K_S||_F / ||K - K_k||_F (trials) / median CPU "
+                  "seconds of the selection (one thread)\n",
+                  "| selector | " + " | ".join(f"k = {k}" for k in ks) + " |",
+                  "|---|" + "---:|" * len(ks)]
+        for s in sels:
+            cells = []
+            for k in ks:
+                rr = [r for r in rn if r["selector"] == s and r["k"] == k]
+                cells.append(f"{np.median([r['factor'] for r in rr]):.3f} ({len(rr)}) / "
+                             f"{np.median([r['cpu_s'] for r in rr]):.3g} s" if rr else "-")
+            if any(c != "-" for c in cells):
+                lines.append(f"| {s} | " + " | ".join(cells) + " |")
+        cont = [r for r in rn if r["selector"] == "continuous"]
+        if cont:
+            lines += ["\ncontinuous selector: per k, trials, median lam probes, endings, "
+                      "median wall / CPU seconds\n",
+                      "| k | trials | probes | endings | wall s | CPU s |",
+                      "|---:|---:|---:|---|---:|---:|"]
+            for k in ks:
+                rr = [r for r in cont if r["k"] == k]
+                if rr:
+                    ends = ", ".join(sorted({r.get("method", "?") for r in rr}))
+                    lines.append(f"| {k} | {len(rr)} | "
+                                 f"{np.median([r.get('n_probes', np.nan) for r in rr]):.0f} | "
+                                 f"{ends} | {np.median([r['wall_s'] for r in rr]):.3g} | "
+                                 f"{np.median([r['cpu_s'] for r in rr]):.3g} |")
+    growth = []
+    for s in sels:
+        for sigma in sorted({float(r["sigma"]) for r in rows}):
+            for k in sorted({r["k"] for r in rows}):
+                byn = {}
+                for r in rows:
+                    if r["selector"] == s and r["k"] == k and float(r["sigma"]) == sigma:
+                        byn.setdefault(r["n"], []).append(r["cpu_s"])
+                slope = _growth({n: float(np.median(v)) for n, v in byn.items()})
+                if slope is not None:
+                    growth.append(f"| {s} | {sigma:g} | {k} | {', '.join(map(str, sorted(byn)))}"
+                                  f" | {slope:.2f} |")
+    if growth:
+        lines += ["\nGrowth of the median CPU time: slope of log CPU on log n (least squares)\n",
+                  "| selector | sigma | k | n | exponent |", "|---|---:|---:|---|---:|", *growth]
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------------
@@ -541,7 +720,24 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="sweep results, rewritten after every variant")
     p.add_argument("--merge", nargs="+", default=None,
                    help="sweep JSON files (disjoint sets) to tabulate and plot instead of running")
+    p.add_argument("--large-out", default=None, metavar="PATH.jsonl",
+                   help="large section: append one JSON line per finished selection; "
+                        "selections already in the file are not run again (resume)")
+    p.add_argument("--large-selectors", nargs="+", default=LARGE_SELECTORS,
+                   choices=LARGE_SELECTORS)
+    p.add_argument("--cache-max", type=int, default=CACHE_MAX,
+                   help="largest n at which the continuous selector stores K (8 n^2 bytes)")
+    p.add_argument("--summary", action="store_true",
+                   help="print the Fig. 4 tables and CPU growth exponents of --large-out "
+                        "and run nothing")
     a = p.parse_args(argv)
+    if a.summary:
+        if not a.large_out:
+            p.error("--summary needs --large-out PATH.jsonl")
+        if not os.path.exists(a.large_out):
+            p.error(f"--summary: {a.large_out} does not exist")
+        print(large_summary(read_rows(a.large_out)))
+        return {}, {}
     torch.set_num_threads(1)
     trials = 2 if a.quick else a.trials
     cssp, large = {}, {}
@@ -572,13 +768,12 @@ def main(argv=None):
     if "large" in a.sections and not a.merge:
         n = 600 if a.quick else a.n
         ks = [20, 50] if a.quick else a.large_ks
-        X = _large_set(n)
-        large = large_factors(X, ks, trials=trials)
-        print(f"\n== Large-n Nystrom, diamonds n={n}, sigma=0.5: Frobenius factor / seconds ==")
-        for s, byk in large.items():
-            cells = [f"{np.median([f for f, _ in v]):.3f} / {np.median([t for _, t in v]):.2f}s"
-                     for v in byk.values()]
-            print(f"{s:12s}" + "".join(f"{c:>22s}" for c in cells))
+        rows = large_rows(_large_set(n), ks, selectors=a.large_selectors, trials=trials,
+                          cache_max=a.cache_max, out=a.large_out)
+        print(large_summary(rows))
+        large = {s: {k: [(r["factor"], r["wall_s"]) for r in rows
+                         if r["selector"] == s and r["k"] == k] for k in ks}
+                 for s in a.large_selectors}
     swept = {}
     if a.merge:
         import json
