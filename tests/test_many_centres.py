@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _helpers import torch_regression_data
+from _helpers import interrupt_cg, torch_regression_data
+from sklearn.exceptions import ConvergenceWarning
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import kernelflow.solvers.nystrom_eigen_cg as eigen_cg_module
@@ -13,7 +14,7 @@ from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
 from kernelflow.io import load_model, save_model
 from kernelflow.kernels import Gaussian
 from kernelflow.operators import Options
-from kernelflow.solvers.nystrom import nystrom_direct, nystrom_krr
+from kernelflow.solvers.nystrom import choose_solver, nystrom_direct, nystrom_krr
 from kernelflow.solvers.nystrom_eigen_cg import (
     default_rank,
     eigen_preconditioner,
@@ -191,3 +192,106 @@ def test_weighted_multi_output_and_warm_start():
     est.set_params(warm_start=True).fit(X, Y, sample_weight=w)  # starts at the solution
     assert est.n_iter_ < first / 4
     assert np.linalg.norm(est.predict(X) - p_ref) / np.linalg.norm(p_ref) < 1e-6
+
+
+# ---- solver="auto" beyond the memory budget ---------------------------------------------------
+#: the budget test's problem: 600 centres of 800 rows, a budget one byte below one M x M
+#: float64 matrix (the preconditioner's rank is then M / 12 = 49); sigma = 0.5 so that CG with
+#: that rank reaches the direct solution in under 200 passes
+M_BUDGET = 600
+
+
+def _budget_problem(budget=M_BUDGET * M_BUDGET * 8 - 1, **extra):
+    X, y = _data(800, 5)
+    Xn, yn = X.numpy(), y.numpy()
+    params = dict(n_components=M_BUDGET, landmarks=Xn[:M_BUDGET], alpha=1.2, sigma=0.5,
+                  random_state=0, **extra)
+    return Xn, yn, params, Options(memory_budget=budget)
+
+
+def test_auto_beyond_the_budget_runs_eigen_cg_to_the_direct_solution():
+    Xn, yn, params, small = _budget_problem()
+    with pytest.raises(MemoryError, match="eigen_cg"):
+        NystromKernelRidge(solver="cg", options=small, **params).fit(Xn, yn)
+    ref = NystromKernelRidge(solver="direct", **params).fit(Xn, yn)  # no budget
+    est = NystromKernelRidge(solver="auto", tol=1e-10, max_iter=400, options=small, **params)
+    est.fit(Xn, yn)
+    assert est.solver_ == "eigen_cg" and est.converged_
+    assert est.solver_history_ == [("eigen_cg", est.n_iter_)]
+    p, p_ref = est.predict(Xn), ref.predict(Xn)
+    assert np.linalg.norm(p - p_ref) / np.linalg.norm(p_ref) < 1e-6
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # short CG runs
+def test_auto_within_the_budget_keeps_its_choice():
+    # one byte more than above: one M x M matrix fits, "cg" runs and "auto" chooses by cost
+    Xn, yn, params, fits = _budget_problem(M_BUDGET * M_BUDGET * 8)
+    est = NystromKernelRidge(solver="auto", options=fits, **params).fit(Xn, yn)
+    # K_nM is not stored within this budget: the cost model picks the direct solve
+    assert est.solver_ == choose_solver(800, M_BUDGET, 5, stored=False) == "direct"
+    ref = NystromKernelRidge(solver="direct", options=fits, **params).fit(Xn, yn)
+    np.testing.assert_array_equal(est.predict(Xn), ref.predict(Xn))
+    # with K_nM stored (the default budget) it picks CG, as before
+    assert NystromKernelRidge(solver="auto", **params).fit(Xn, yn).solver_ == "cg"
+    assert NystromKernelRidge(solver="cg", max_iter=2, options=fits, **params).fit(
+        Xn, yn).solver_ == "cg"
+    # with early stopping "auto" is CG
+    est = NystromKernelRidge(solver="auto", early_stopping=True, max_iter=3, options=fits,
+                             **params).fit(Xn, yn)
+    assert est.solver_ == "cg"
+
+
+def test_auto_beyond_the_budget_early_stopping_and_warm_start():
+    Xn, yn, params, small = _budget_problem()
+    est = NystromKernelRidge(solver="auto", early_stopping=True, n_iter_no_change=3,
+                             max_iter=200, options=small, **{**params, "alpha": 1e-3})
+    est.fit(Xn, yn)
+    scores = est.validation_scores_
+    assert est.solver_ == "eigen_cg" and len(scores) == est.n_iter_ + 1
+    assert est.best_iteration_ == int(np.argmin(scores))
+    assert est.n_iter_ < 200 and est.n_iter_ - est.best_iteration_ == 3
+    # warm start: the refit starts at the previous solution
+    est = NystromKernelRidge(solver="auto", tol=1e-10, max_iter=400, options=small, **params)
+    est.fit(Xn, yn)
+    first, p = est.n_iter_, est.predict(Xn)
+    est.set_params(warm_start=True).fit(Xn, yn)
+    assert est.solver_ == "eigen_cg" and est.n_iter_ < first / 4
+    assert np.linalg.norm(est.predict(Xn) - p) / np.linalg.norm(p) < 1e-8
+
+
+def test_auto_beyond_the_budget_resumes_from_a_checkpoint(tmp_path, monkeypatch):
+    Xn, yn, params, small = _budget_problem()
+    kw = dict(solver="auto", tol=1e-10, max_iter=20, options=small, **params)
+    with pytest.warns(ConvergenceWarning):
+        ref = NystromKernelRidge(**kw).fit(Xn, yn)
+    path = tmp_path / "auto.ckpt"
+    est = NystromKernelRidge(checkpoint=path, checkpoint_interval=0, **kw)
+    interrupt_cg(monkeypatch, eigen_cg_module, 6)
+    with pytest.raises(KeyboardInterrupt):
+        est.fit(Xn, yn)
+    monkeypatch.undo()
+    assert path.exists()
+    passes = interrupt_cg(monkeypatch, eigen_cg_module, None)
+    with pytest.warns(ConvergenceWarning):
+        est.fit(Xn, yn)
+    assert passes[0] == 7 and est.solver_ == "eigen_cg"  # resumed after pass 6
+    assert torch.equal(est.dual_coef_, ref.dual_coef_) and est.n_iter_ == ref.n_iter_
+    assert not path.exists()
+
+
+def test_checkpoint_of_another_route_is_refused(tmp_path, monkeypatch):
+    # the default budget comes from free memory: a CG checkpoint of "auto" must not be resumed
+    # by the eigen-CG run that "auto" picks when less memory is free
+    import kernelflow.estimators.nystrom_ridge as ridge_module
+    import kernelflow.solvers.nystrom as nystrom_module
+
+    Xn, yn, params, _ = _budget_problem()
+    kw = dict(solver="auto", early_stopping=True, checkpoint=tmp_path / "cg.ckpt",
+              checkpoint_interval=0, **params)
+    interrupt_cg(monkeypatch, nystrom_module, 3)
+    with pytest.raises(KeyboardInterrupt):
+        NystromKernelRidge(**kw).fit(Xn, yn)
+    monkeypatch.undo()
+    monkeypatch.setattr(ridge_module, "centre_matrices_fit", lambda *a, **k: False)
+    with pytest.raises(ValueError, match="solver_run differs"):
+        NystromKernelRidge(**kw).fit(Xn, yn)

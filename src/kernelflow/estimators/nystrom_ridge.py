@@ -18,7 +18,7 @@ from ..distributed.protocol import FitPlan, LocalResult, fit_data_parallel
 from ..distributed.sharding import ShardSource
 from ..landmarks import LandmarkSelector
 from ..solvers.hyperparameters import NYSTROM_CRITERIA
-from ..solvers.nystrom import nystrom_krr, nystrom_predict
+from ..solvers.nystrom import centre_matrices_fit, nystrom_krr, nystrom_predict
 from ..solvers.nystrom_eigen_cg import nystrom_eigen_cg
 from ..solvers.variance import nystrom_posterior
 from ..sources import DataSource
@@ -143,12 +143,14 @@ class _NystromBase(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
 
 @dataclass
 class _RidgePlan:
-    """The plan of a Nyström ridge fit: prepared data, intercept, penalty, warm start."""
+    """The plan of a Nyström ridge fit: prepared data, intercept, penalty, warm start and the
+    solver that runs (``solver``, or "eigen_cg" for "auto" beyond the memory budget)."""
 
     data: NystromData
     intercept: torch.Tensor
     alpha: float
     coef0: torch.Tensor | None
+    solver: str
 
 
 class NystromKernelRidge(_NystromBase):
@@ -229,19 +231,24 @@ class NystromKernelRidge(_NystromBase):
         :func:`kernelflow.hyperparameters.learn_hyperparameters`); sets ``sigma_``, ``alpha_``,
         ``signal_variance_``, ``noise_variance_``
         and ``hyperparameters_``. Needs in-memory arrays.
-    solver : {"auto", "cg", "direct"}, default="auto"
+    solver : {"auto", "cg", "direct", "eigen_cg"}, default="auto"
         "direct" accumulates the Gram matrix of the rows in one pass and solves the M x M
         system densely in the eigenbasis of K_MM (exact, also when K_MM is rank-deficient;
         O(n M^2 + M^3)); when K_MM is ill-conditioned against ``alpha`` the rows are whitened
         before the Gram product, and the residual is checked against the rows (a
         RuntimeWarning and a fallback when it is far above rounding); "cg" runs
-        preconditioned conjugate gradients; "auto" solves directly up to 500 centres, picks
-        the cheaper from a cost model beyond (direct up to about 1000 centres, CG beyond),
-        always CG with ``early_stopping``, and solves directly when a float32 CG run stalls.
+        preconditioned conjugate gradients. Both hold M x M float64 matrices and refuse with
+        a MemoryError when one of them (8 M^2 bytes) exceeds the memory budget of
+        ``options`` (:func:`~kernelflow.solvers.nystrom.centre_matrices_fit`).
         "eigen_cg" (many centres) runs CG with a rank-s eigen-preconditioner built from
-        s = min(M, 1000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`): setup
-        O(M s^2 + s^3) and memory O(M s), no M x M matrix, but more passes than "cg" when
-        alpha / n is small against K_MM's spectrum beyond its s-th eigenvalue.
+        s = min(M, 1000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`; fewer when
+        3 M s float64 values exceed a quarter of the budget): setup O(M s^2 + s^3) and memory
+        O(M s), no M x M matrix, but more passes than "cg" when alpha / n is small against
+        K_MM's spectrum beyond its s-th eigenvalue. "auto" runs "eigen_cg" when the M x M
+        matrices do not fit the budget (by that same rule); otherwise it solves directly up to
+        500 centres, picks the cheaper from a cost model beyond (direct up to about 1000
+        centres, CG beyond), always CG with ``early_stopping``, and solves directly when a
+        float32 CG run stalls. ``solver_`` reports the solver that ran.
     compute_variance : bool or {"dtc", "fitc"}, default=False
         One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
         (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
@@ -422,8 +429,13 @@ class NystromKernelRidge(_NystromBase):
                                                    data.centers)
         else:
             set_unit_signal_variance(self, alpha)
-        return FitPlan(shared={"centres": float(data.centers.shape[0]), "targets": float(t)},
-                       state=_RidgePlan(data, intercept, alpha, coef0))
+        M = int(data.centers.shape[0])
+        # the rule with which "cg" and "direct" refuse; checked equal on every process
+        solver = ("eigen_cg" if self.solver == "auto" and not centre_matrices_fit(M, data.options)
+                  else self.solver)
+        return FitPlan(shared={"centres": float(M), "targets": float(t),
+                               "eigen_cg": float(solver == "eigen_cg")},
+                       state=_RidgePlan(data, intercept, alpha, coef0, solver))
 
     def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
         """Conjugate gradients (or the direct solve) on this process's rows; every sum over
@@ -434,18 +446,20 @@ class NystromKernelRidge(_NystromBase):
         if self.checkpoint is not None:
             if is_distributed():
                 raise ValueError("checkpoint is not supported in a data-parallel fit.")
+            # "auto" run as "eigen_cg" (other vectors than "cg"'s) is a problem of its own
+            routed = {"solver_run": p.solver} if p.solver != self.solver else {}
             ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(d.source),
                                   centers=d.centers, kernel=d.kernel, alpha=p.alpha,
-                                  coef0=p.coef0)
+                                  coef0=p.coef0, **routed)
         common = dict(y_offset=p.intercept, coef0=p.coef0, max_iter=self.max_iter, tol=self.tol,
                       validation=d.validation, n_iter_no_change=self.n_iter_no_change,
                       dtype=d.dtype, options=d.options, block_size=self.block_size,
                       verbose=self.verbose, moments=d.solver_moments())
-        if self.solver == "eigen_cg":
+        if p.solver == "eigen_cg":
             sol = nystrom_eigen_cg(d.train, d.kernel, d.centers, p.alpha, checkpoint=ckpt,
                                    **common)
         else:
-            sol = nystrom_krr(d.train, d.kernel, d.centers, p.alpha, solver=self.solver,
+            sol = nystrom_krr(d.train, d.kernel, d.centers, p.alpha, solver=p.solver,
                               checkpoint=ckpt, **common)
         posterior = nystrom_posterior(
             d.train, d.kernel, d.centers, p.alpha, y_offset=p.intercept, options=d.options,

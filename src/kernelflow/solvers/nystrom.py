@@ -81,6 +81,7 @@ __all__ = [
     "nystrom_direct",
     "nystrom_gram",
     "choose_solver",
+    "centre_matrices_fit",
     "nystrom_krr",
     "block_rows",
 ]
@@ -519,6 +520,12 @@ def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool,
     The direct solve is exact; CG stops at the tolerance. Up to ``DIRECT_MAX_CENTERS`` centres
     the direct solve is always chosen (it costs a fraction of a second).
 
+    This choice is made only where both solvers fit: when the M x M float64 matrices they hold
+    exceed the memory budget (:func:`centre_matrices_fit`, the rule with which they refuse),
+    ``NystromKernelRidge(solver="auto")`` runs ``"eigen_cg"``
+    (:func:`~kernelflow.solvers.nystrom_eigen_cg.nystrom_eigen_cg`, no M x M matrix) instead,
+    whatever the costs.
+
     Examples
     --------
     >>> choose_solver(100_000, 200, 9, stored=True), choose_solver(100_000, 5000, 9, stored=True)
@@ -688,21 +695,42 @@ class NystromSolution:
     history: list = field(default_factory=list)
 
 
+def centre_matrices_fit(n_centers: int, options: Options | None = None) -> bool:
+    """Whether the M x M float64 matrices of ``solver="cg"`` and ``"direct"`` fit the budget.
+
+    The rule is one such matrix, 8 M^2 bytes, within :func:`~kernelflow.operators.memory_budget`
+    (both solvers hold K_MM and its factors). Where it fails, those solvers refuse with a
+    MemoryError and the estimator's ``solver="auto"`` runs
+    :func:`~kernelflow.solvers.nystrom_eigen_cg.nystrom_eigen_cg`, which needs no M x M matrix.
+
+    Examples
+    --------
+    >>> centre_matrices_fit(1000, Options(memory_budget=8 * 1000**2))
+    True
+    >>> centre_matrices_fit(1000, Options(memory_budget=8 * 1000**2 - 1))
+    False
+    """
+    return n_centers * n_centers * 8 <= memory_budget(options)
+
+
 def _check_centre_memory(n_centers: int, options: Options | None) -> None:
     """Refuse, with the sizes and the remedies, a number of centres whose M x M float64
-    matrices (K_MM and its factors, which both solvers hold) exceed the memory budget."""
+    matrices (K_MM and its factors, which both solvers hold) exceed the memory budget
+    (:func:`centre_matrices_fit`)."""
+    if centre_matrices_fit(n_centers, options):
+        return
     need = n_centers * n_centers * 8
     budget = memory_budget(options)
-    if need > budget:
-        mib = 2.0 ** 20
-        raise MemoryError(
-            f"{n_centers} Nyström centres need M x M float64 matrices of {need / mib:.0f} MiB "
-            f"each (K_MM and its factors: about 3 for conjugate gradients, 5 for the direct "
-            f"solve), above the memory budget of {budget / mib:.0f} MiB. Use fewer centres "
-            f"(n_components <= {int(math.isqrt(budget // 8 // 5))} fits every solver within "
-            f"this budget) or a larger budget (options=Options(memory_budget=...) or "
-            f"memory_fraction); the iterative solver does not avoid these matrices."
-        )
+    mib = 2.0 ** 20
+    raise MemoryError(
+        f"{n_centers} Nyström centres need M x M float64 matrices of {need / mib:.0f} MiB "
+        f"each (K_MM and its factors: about 3 for conjugate gradients, 5 for the direct "
+        f"solve), above the memory budget of {budget / mib:.0f} MiB. Use fewer centres "
+        f"(n_components <= {int(math.isqrt(budget // 8 // 5))} fits every solver within "
+        f"this budget), a larger budget (options=Options(memory_budget=...) or "
+        f"memory_fraction), or solver='eigen_cg' (the estimator's solver='auto' picks it "
+        f"here), which needs no M x M matrix."
+    )
 
 
 def nystrom_krr(
