@@ -20,6 +20,7 @@ from kernelflow.estimators.nystrom_ridge import NystromKernelRidge
 from kernelflow.estimators.nystrom_robust import NystromRobustRegressor
 from kernelflow.estimators.path_cv import KernelGradientDescentCV, KernelSignGradientCV
 from kernelflow.estimators.penalized_cv import PenalizedKernelRegressorCV
+from kernelflow.operators import Options
 
 RTOL = 1e-6
 N_NYS, CUT_NYS = 300, 111  # process 0 holds rows [0, 111), process 1 the other 189
@@ -48,6 +49,10 @@ def _fits():
                                                        random_state=0, max_iter=200,
                                                        solver="cg", tol=1e-12),
          "weighted_2d", N_NYS, CUT_NYS),
+        # many centres: CG with the eigen-preconditioner (float64, weighted, two targets)
+        ("nystrom_eigen_cg", NystromKernelRidge(30, alpha=1e-2, sigma=1.0, random_state=0,
+                                                max_iter=300, solver="eigen_cg", tol=1e-12),
+         "weighted_2d", N_NYS, CUT_NYS),
         ("nystrom_huber_early", NystromRobustRegressor(30, loss="huber", max_iter=20,
                                                        early_stopping=True, random_state=0),
          "outliers", N_NYS, CUT_NYS),
@@ -66,6 +71,16 @@ def _fits():
                                                      random_state=0),
          "labels", N_DS, CUT_DS),
     ]
+
+
+#: one byte below one 30 x 30 float64 matrix: "cg" and "direct" refuse, "auto" runs eigen-CG
+SHORT_BUDGET = 30 * 30 * 8 - 1
+
+
+def _auto_beyond_budget(budget):
+    return NystromKernelRidge(30, alpha=1e-2, sigma=1.0, random_state=0, max_iter=300,
+                              tol=1e-12,
+                              options=None if budget is None else Options(memory_budget=budget))
 
 
 def _xy(kind, n):
@@ -162,6 +177,12 @@ def _worker():
         out["no_gather_ds"] = _summary(est.fit(X[part], y[part]), X[:40])
     finally:
         auto.GATHER_LIMIT = limit
+    # "auto" where only process 1's budget is below one M x M float64 matrix: every process
+    # runs eigen-CG, with the smaller budget's preconditioner rank
+    X, y = _data(N_NYS)
+    part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
+    model = _auto_beyond_budget(None if r == 0 else SHORT_BUDGET).fit(X[part], y[part])
+    out["auto_beyond_budget"] = {**_summary(model, X[:40]), "solver": model.solver_}
     # distributed=False: each process fits its own rows alone, without communicating
     X, y = _data(N_NYS)
     part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
@@ -217,6 +238,31 @@ def test_auto_distributed_fit_equals_single_process_on_concatenated_rows(two_pro
             np.testing.assert_array_equal(got["classes"], [0, 1, 2])
             np.testing.assert_array_equal(got["classes"], ref["classes"])
     np.testing.assert_array_equal(two_process[0][name]["coef"], two_process[1][name]["coef"])
+
+
+def test_eigen_cg_on_two_processes_equals_single_process(two_process):
+    # float64: predictions and coefficients to 1e-8 (both runs stop at tol=1e-12)
+    est, kind, n = {f[0]: (f[1], f[2], f[3]) for f in _fits()}["nystrom_eigen_cg"]
+    X, y, w = _xy(kind, n)
+    with one_thread():
+        ref = _fit(clone(est), X, y, w)
+    assert ref.solver_ == "eigen_cg"
+    p_ref = _summary(ref, X[:40])
+    for r in range(2):
+        _close(two_process[r]["nystrom_eigen_cg"]["pred"], p_ref["pred"], 1e-8)
+        _close(two_process[r]["nystrom_eigen_cg"]["coef"], p_ref["coef"], 1e-8)
+
+
+def test_auto_beyond_one_process_budget_runs_eigen_cg_everywhere(two_process):
+    X, y = _data(N_NYS)
+    with one_thread():
+        ref = _auto_beyond_budget(SHORT_BUDGET).fit(X, y)
+    assert ref.solver_ == "eigen_cg"
+    p_ref = _summary(ref, X[:40])["pred"]
+    for r in range(2):
+        got = two_process[r]["auto_beyond_budget"]
+        assert got["solver"] == "eigen_cg"
+        _close(got["pred"], p_ref, 1e-8)
 
 
 def test_auto_distributed_partial_fit_equals_single_process(two_process):

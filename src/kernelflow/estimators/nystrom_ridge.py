@@ -11,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from ..collectives import is_distributed
+from ..collectives import all_reduce_sum, is_distributed
 from ..distributed.auto import DISTRIBUTED_CONSTRAINT, fit_scope
 from ..distributed.nystrom_prepare import COMPUTE_DTYPES, NystromData, prepare_nystrom
 from ..distributed.protocol import FitPlan, LocalResult, fit_data_parallel
@@ -429,13 +429,18 @@ class NystromKernelRidge(_NystromBase):
                                                    data.centers)
         else:
             set_unit_signal_variance(self, alpha)
-        M = int(data.centers.shape[0])
-        # the rule with which "cg" and "direct" refuse; checked equal on every process
-        solver = ("eigen_cg" if self.solver == "auto" and not centre_matrices_fit(M, data.options)
-                  else self.solver)
-        return FitPlan(shared={"centres": float(M), "targets": float(t),
-                               "eigen_cg": float(solver == "eigen_cg")},
-                       state=_RidgePlan(data, intercept, alpha, coef0, solver))
+        return FitPlan(shared={"centres": float(data.centers.shape[0]), "targets": float(t)},
+                       state=_RidgePlan(data, intercept, alpha, coef0, self._route(data)))
+
+    def _route(self, data: NystromData) -> str:
+        """``solver``, except "auto" where the M x M matrices of "cg" and "direct" exceed the
+        memory budget (the rule with which they refuse) on any process: "eigen_cg" (collective
+        in a data-parallel fit, whose processes may have different budgets)."""
+        if self.solver != "auto":
+            return self.solver
+        short = not centre_matrices_fit(int(data.centers.shape[0]), data.options)
+        short_anywhere = all_reduce_sum(torch.tensor([float(short)], dtype=torch.float64))
+        return "eigen_cg" if float(short_anywhere[0]) > 0 else "auto"
 
     def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
         """Conjugate gradients (or the direct solve) on this process's rows; every sum over

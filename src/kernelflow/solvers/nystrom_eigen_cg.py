@@ -44,6 +44,8 @@ from typing import Any
 
 import torch
 
+from ..collectives import all_reduce_sum, is_distributed, world_size
+from ..collectives import rank as process_rank
 from ..kernels import Kernel
 from ..linalg import cholesky, conjugate_gradient
 from ..operators import KernelOperator, Options, memory_budget
@@ -88,6 +90,17 @@ def default_rank(n_centers: int, options: Options | None = None) -> int:
     """
     by_budget = memory_budget(options) // (4 * 3 * 8 * max(int(n_centers), 1))
     return int(max(1, min(n_centers, DEFAULT_MAX_RANK, by_budget)))
+
+
+def _agreed_rank(n_centers: int, options: Options | None) -> int:
+    """:func:`default_rank`, the smallest over the processes of a data-parallel run (their
+    budgets may differ; they must build the same preconditioner and stop together)."""
+    s = default_rank(n_centers, options)
+    if not is_distributed():
+        return s
+    ranks = torch.zeros(world_size(), dtype=torch.float64)
+    ranks[process_rank()] = s
+    return int(all_reduce_sum(ranks).min())
 
 
 @dataclass
@@ -192,7 +205,8 @@ def nystrom_eigen_cg(
         result of an uninterrupted run (the preconditioner, seeded by ``random_state``, is
         rebuilt identically). As in :func:`kernelflow.solvers.nystrom.nystrom_krr`.
     rank : int, optional
-        Number s of centres the preconditioner is built from (default :func:`default_rank`).
+        Number s of centres the preconditioner is built from (default :func:`default_rank`; in a
+        data-parallel run the smallest over the processes, whose budgets may differ).
     tol : float, optional
         CG stops when the estimated relative error in the energy norm of (1) (Hestenes-Stiefel:
         the energies of the last four steps over the energy of the iterate) stays below ``tol``
@@ -239,7 +253,7 @@ def nystrom_eigen_cg(
                        tol=_resolve_tol(tol, dtype, options, 1e-3), max_iter=max_iter,
                        verbose=verbose)
     M, t = run.M, run.t
-    s = default_rank(M, options) if rank is None else int(min(rank, M))
+    s = _agreed_rank(M, options) if rank is None else int(min(rank, M))
     gen = torch.Generator().manual_seed(int(random_state))
     P = eigen_preconditioner(kernel, run.C, run.lam, s, options=options, generator=gen)
     logger.debug("eigen-CG preconditioner: rank %d of %d, eigenvalues %.3g .. %.3g",
