@@ -222,6 +222,23 @@ def test_auto_beyond_the_budget_runs_eigen_cg_to_the_direct_solution():
     assert np.linalg.norm(p - p_ref) / np.linalg.norm(p_ref) < 1e-6
 
 
+def test_variance_beyond_the_budget_refused_before_the_solve(monkeypatch):
+    # the posterior needs M x M matrices: refused up front, not after the eigen-CG solve
+    import kernelflow.estimators.nystrom_ridge as mod
+
+    Xn, yn, params, small = _budget_problem()
+
+    def never(*a, **k):
+        raise AssertionError("the solve ran")
+
+    monkeypatch.setattr(mod, "nystrom_eigen_cg", never)
+    for solver in ("auto", "eigen_cg"):
+        est = NystromKernelRidge(solver=solver, compute_variance=True, options=small, **params)
+        with pytest.raises(MemoryError, match="compute_variance"):
+            est.fit(Xn, yn)
+        assert not hasattr(est, "dual_coef_")
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # short CG runs
 def test_auto_within_the_budget_keeps_its_choice():
     # one byte more than above: one M x M matrix fits, "cg" runs and "auto" chooses by cost

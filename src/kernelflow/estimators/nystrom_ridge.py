@@ -447,6 +447,11 @@ class NystromKernelRidge(_NystromBase):
         rows is all-reduced inside the solver. Then the posterior pass (``compute_variance``)."""
         p: _RidgePlan = plan.state
         d = p.data
+        if self.compute_variance and not centre_matrices_fit(int(d.centers.shape[0]), d.options):
+            raise MemoryError(
+                f"compute_variance needs M x M float64 matrices ({d.centers.shape[0]} centres) "
+                f"above the memory budget; fit without compute_variance, with fewer centres "
+                f"or with a larger budget (options=Options(memory_budget=...)).")
         ckpt = None
         if self.checkpoint is not None:
             if is_distributed():
