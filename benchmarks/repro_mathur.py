@@ -102,8 +102,8 @@ def _tail_fro2(K, ks, dense_max=5000):
 #: Up to this many rows the continuous selector of the ``large`` section stores its kernel
 #: matrix (``cache=True``: 8 n^2 bytes, 3.2 GB at 2 10^4, beside the benchmark's own copy
 #: of K for the errors); above it every product goes through the tiled kernel engine. With
-#: one thread a CG iteration with all columns active took about half the CPU time when
-#: stored (n = 4000 and 10^4, see docs/reproductions/mathur.md).
+#: one thread a CG iteration with all columns active took about half the CPU time when K
+#: was stored: 0.038 against 0.075 s at n = 4000, 0.24 against 0.43 s at n = 10^4.
 CACHE_MAX = 20000
 
 
@@ -158,11 +158,16 @@ def _timed_selection(name, X, ker, k, seed, params):
     for the continuous selector, its search record (probes, fallback, last probe's
     iterations)."""
     c0, w0 = time.process_time(), time.perf_counter()
-    if name == "continuous":
-        res = ContinuousSelector(**params).run(X, ker, k, random_state=seed)
-        idx = np.asarray(res.support)
-    else:
-        idx = np.asarray(SELECTORS[name]().select(X, ker, k, random_state=seed).indices)
+    try:
+        if name == "continuous":
+            res = ContinuousSelector(**params).run(X, ker, k, random_state=seed)
+            idx = np.asarray(res.support)
+        else:
+            idx = np.asarray(SELECTORS[name]().select(X, ker, k, random_state=seed).indices)
+    except (ArithmeticError, ValueError, RuntimeError, MemoryError) as exc:
+        # recorded and the run goes on; a rerun tries this selection again
+        return None, time.process_time() - c0, time.perf_counter() - w0, {
+            "failed": f"{type(exc).__name__}: {exc}"}
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     extra = {}
     if name == "continuous":
@@ -179,14 +184,15 @@ def large_rows(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3, dense_max=
     factor ``||K - K_S||_F / ||K - K_k||_F``, CPU and wall seconds of the selection, the
     seed ``1000 trial + k``. With ``out`` (a JSONL path) each row is appended as soon as
     its selection ends, and rows already there (same n, sigma, selector, k, trial) are
-    returned without running again (resume).
+    returned without running again (resume). A selection that raises is recorded with a
+    ``failed`` field and no factor, and is tried again by the next run.
 
     The continuous selector stores the kernel matrix up to ``cache_max`` rows
     (``cache=True``), else it runs on tiled products (``cache=False``). Above ``dense_max``
     rows the best rank-k errors come from the top eigenvalues only (and are reused from
     ``out`` when there); K is formed once for the errors (8 n^2 bytes)."""
     n = len(X)
-    done = {_row_key(r): r for r in read_rows(out)}
+    done = {_row_key(r): r for r in read_rows(out) if "failed" not in r}
     plan = large_plan(selectors, ks, trials)
     keys = [(n, float(sigma), s, k, t) for s, k, t in plan]
     rows = [done[key] for key in keys if key in done]
@@ -208,15 +214,20 @@ def large_rows(X, ks, sigma=0.5, selectors=LARGE_SELECTORS, trials=3, dense_max=
         seed = 1000 * trial + k
         idx, cpu, wall, extra = _timed_selection(s, X, ker, k, seed,
                                                  params if s == "continuous" else {})
-        _, fro2 = nystrom_residual(K, idx)
-        row = {"n": n, "sigma": sigma, "selector": s, "k": k, "trial": trial, "seed": seed,
-               "size": int(len(idx)), "factor": float(np.sqrt(fro2 / tail[k])),
-               "fro2": fro2, "best_fro2": tail[k], "cpu_s": cpu, "wall_s": wall,
-               "threads": torch.get_num_threads(),
-               "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
-        rows.append(row)
+        row = {"n": n, "sigma": sigma, "selector": s, "k": k, "trial": trial, "seed": seed}
+        if idx is not None:
+            _, fro2 = nystrom_residual(K, idx)
+            row.update(size=int(len(idx)), factor=float(np.sqrt(fro2 / tail[k])), fro2=fro2,
+                       best_fro2=tail[k])
+        row.update(cpu_s=cpu, wall_s=wall, threads=torch.get_num_threads(),
+                   finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra)
         if out:
             _append_row(out, row)
+        if idx is None:
+            print(f"   n={n} {s:10s} k={k:4d} trial={trial}  FAILED {extra['failed']}",
+                  flush=True)
+            continue
+        rows.append(row)
         more = f"  probes {extra['n_probes']} {extra['method']}" if extra else ""
         print(f"   n={n} {s:10s} k={k:4d} trial={trial}  factor {row['factor']:.3f}"
               f"  cpu {cpu:8.1f} s  wall {wall:8.1f} s{more}", flush=True)
@@ -245,9 +256,14 @@ def large_summary(rows):
     """Fig. 4 tables from large-n rows: per (n, sigma) the median Frobenius factor and the
     median CPU seconds per selector and k, the continuous selector's search, and the growth
     exponent of the median CPU time in n where rows at several n exist."""
+    ok = {_row_key(r) for r in rows if "failed" not in r}
+    failed = [r for r in rows if "failed" in r and _row_key(r) not in ok]
+    rows = [r for r in rows if "failed" not in r]
     order = {s: i for i, s in enumerate(LARGE_SELECTORS)}
     sels = sorted({r["selector"] for r in rows}, key=lambda s: (order.get(s, 99), s))
-    lines = []
+    lines = [f"{len(failed)} failed selection(s) in the file (not in the tables): "
+             + "; ".join(f"n={r['n']} {r['selector']} k={r['k']} trial={r['trial']}: "
+                         f"{r['failed']}" for r in failed)] if failed else []
     for n, sigma in sorted({(r["n"], float(r["sigma"])) for r in rows}):
         rn = [r for r in rows if r["n"] == n and float(r["sigma"]) == sigma]
         ks = sorted({r["k"] for r in rn})
@@ -282,17 +298,23 @@ def large_summary(rows):
     for s in sels:
         for sigma in sorted({float(r["sigma"]) for r in rows}):
             for k in sorted({r["k"] for r in rows}):
-                byn = {}
-                for r in rows:
-                    if r["selector"] == s and r["k"] == k and float(r["sigma"]) == sigma:
-                        byn.setdefault(r["n"], []).append(r["cpu_s"])
-                slope = _growth({n: float(np.median(v)) for n, v in byn.items()})
-                if slope is not None:
-                    growth.append(f"| {s} | {sigma:g} | {k} | {', '.join(map(str, sorted(byn)))}"
-                                  f" | {slope:.2f} |")
+                rr = [r for r in rows
+                      if r["selector"] == s and r["k"] == k and float(r["sigma"]) == sigma]
+                byn = {n: [r for r in rr if r["n"] == n] for n in {r["n"] for r in rr}}
+                slope = _growth({n: float(np.median([r["cpu_s"] for r in v]))
+                                 for n, v in byn.items()})
+                if slope is None:
+                    continue
+                per = (_growth({n: float(np.median([r["cpu_s"] / r["n_probes"] for r in v]))
+                                for n, v in byn.items()}) if s == "continuous" else None)
+                growth.append(f"| {s} | {sigma:g} | {k} | {', '.join(map(str, sorted(byn)))}"
+                              f" | {slope:.2f} | " + ("-" if per is None else f"{per:.2f}")
+                              + " |")
     if growth:
-        lines += ["\nGrowth of the median CPU time: slope of log CPU on log n (least squares)\n",
-                  "| selector | sigma | k | n | exponent |", "|---|---:|---:|---|---:|", *growth]
+        lines += ["\nGrowth of the median CPU time: slope of log CPU on log n (least squares "
+                  "over the n present); last column: the same for CPU per lam probe\n",
+                  "| selector | sigma | k | n | exponent | per probe |",
+                  "|---|---:|---:|---|---:|---:|", *growth]
     return "\n".join(lines) + "\n"
 
 
