@@ -144,6 +144,41 @@ def _cv_summary(model, X):
     return out
 
 
+#: centres of the instrumented eigen-CG run (odd: the two blocks differ by one row)
+M_SPLIT = 31
+
+
+def _eigen_cg_products(X, y, part=slice(None)):
+    """eigen-CG on rows ``part`` with every K_MM v product counted: (rows of K_MM, kernel
+    entries evaluated, index of the block's first centre) per product, and the coefficients."""
+    import kernelflow.solvers.nystrom_eigen_cg as module
+    from kernelflow.kernels import Gaussian
+    from kernelflow.sources import ArraySource
+
+    X, y = torch.as_tensor(X), torch.as_tensor(y)
+    C, products = X[:M_SPLIT], []
+
+    class Counting(module.KernelOperator):
+        def _tile(self, i0, i1, j0, j1):
+            self.entries += (i1 - i0) * (j1 - j0)
+            return super()._tile(i0, i1, j0, j1)
+
+        def _matmul(self, V):
+            self.entries = 0
+            out = super()._matmul(V)
+            first = int((C.to(self.dtype) == self.X1[0]).all(1).nonzero()[0, 0])
+            products.append((self.shape[0], self.entries, first))
+            return out
+
+    original, module.KernelOperator = module.KernelOperator, Counting
+    try:
+        sol = module.nystrom_eigen_cg(ArraySource(X[part], y[part]), Gaussian(1.0), C, 1e-2,
+                                      rank=10, tol=1e-12, max_iter=300)
+    finally:
+        module.KernelOperator = original
+    return {"products": products, "coef": sol.coef.numpy(), "n_iter": sol.n_iter}
+
+
 def _worker():
     """Runs on each of the 2 processes: plain fit(X_mine, y_mine) calls, nothing else."""
     r = rank()
@@ -202,6 +237,9 @@ def _worker():
                               torch.as_tensor(X), torch.as_tensor(y),
                               [np.arange(r, 60, 3)])  # process 0's folds go to every process
     out["dispatch"] = (solver is not early_stopping_path_cv, [f.tolist() for f in folds])
+    X, y = _data(N_NYS)
+    out["eigen_cg_products"] = _eigen_cg_products(
+        X, y, slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS))
     try:  # different training sets: a clear error on every process, no hang
         KernelRidgeCV(alphas=[1.0], sigmas=[1.0]).fit(X[: 30 + r], y[: 30 + r])
         out["cv_mismatch"] = "no error"
@@ -251,6 +289,26 @@ def test_eigen_cg_on_two_processes_equals_single_process(two_process):
     for r in range(2):
         _close(two_process[r]["nystrom_eigen_cg"]["pred"], p_ref["pred"], 1e-8)
         _close(two_process[r]["nystrom_eigen_cg"]["coef"], p_ref["coef"], 1e-8)
+
+
+def test_eigen_cg_centre_product_is_split_over_the_processes(two_process):
+    # each process evaluates only its contiguous block of rows of K_MM (16 and 15 of 31) in
+    # every product, and the solution equals the single process's, which evaluates all of K_MM
+    from kernelflow.solvers.nystrom_eigen_cg import _center_block
+
+    X, y = _data(N_NYS)
+    with one_thread():
+        ref = _eigen_cg_products(X, y)
+    assert {p[:2] for p in ref["products"]} == {(M_SPLIT, M_SPLIT * M_SPLIT)}
+    blocks = [_center_block(M_SPLIT, 2, r) for r in range(2)]
+    assert [b1 - b0 for b0, b1 in blocks] == [16, 15]
+    for r, (b0, b1) in enumerate(blocks):
+        got = two_process[r]["eigen_cg_products"]
+        assert len(got["products"]) >= got["n_iter"] > 0
+        assert set(got["products"]) == {(b1 - b0, (b1 - b0) * M_SPLIT, b0)}
+        _close(got["coef"], ref["coef"], 1e-8)
+    np.testing.assert_array_equal(two_process[0]["eigen_cg_products"]["coef"],
+                                  two_process[1]["eigen_cg_products"]["coef"])
 
 
 def test_auto_beyond_one_process_budget_runs_eigen_cg_everywhere(two_process):

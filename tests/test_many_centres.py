@@ -312,3 +312,43 @@ def test_checkpoint_of_another_route_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(ridge_module, "centre_matrices_fit", lambda *a, **k: False)
     with pytest.raises(ValueError, match="solver_run differs"):
         NystromKernelRidge(**kw).fit(Xn, yn)
+
+
+@pytest.mark.parametrize("M,p", [(0, 1), (7, 1), (10, 4), (1000, 3), (3, 5), (2048, 2048)])
+def test_centre_blocks_tile_the_centres_contiguously_and_evenly(M, p):
+    blocks = [eigen_cg_module._center_block(M, p, r) for r in range(p)]
+    assert blocks[0][0] == 0 and blocks[-1][1] == M
+    assert all(a[1] == b[0] for a, b in zip(blocks[:-1], blocks[1:], strict=True))
+    sizes = [stop - start for start, stop in blocks]
+    assert min(sizes) >= 0 and max(sizes) - min(sizes) <= 1 and sum(sizes) == M
+
+
+@pytest.mark.parametrize("args", [(10, 0, 0), (10, 2, 2), (10, 2, -1), (-1, 2, 0)])
+def test_centre_block_refuses_bad_arguments(args):
+    with pytest.raises(ValueError, match="rank < n_procs"):
+        eigen_cg_module._center_block(*args)
+
+
+def test_single_process_computes_the_whole_centre_product(monkeypatch):
+    # one process: every K_MM v product evaluates all M x M kernel entries (the tiled product
+    # of the full symmetric operator, as before the split)
+    seen = []
+
+    class Counting(eigen_cg_module.KernelOperator):
+        def _tile(self, i0, i1, j0, j1):
+            seen.append((i1 - i0) * (j1 - j0))
+            return super()._tile(i0, i1, j0, j1)
+
+        def _matmul(self, V):
+            seen.clear()
+            out = super()._matmul(V)
+            entries.append(sum(seen))
+            return out
+
+    entries: list[int] = []
+    monkeypatch.setattr(eigen_cg_module, "KernelOperator", Counting)
+    X, y = _data(300, 3)
+    sol = nystrom_eigen_cg(ArraySource(X, y), Gaussian(1.0), X[:50], 1e-2, rank=20, tol=1e-8,
+                           max_iter=50)
+    assert entries and set(entries) == {50 * 50}
+    assert len(entries) >= sol.n_iter

@@ -23,7 +23,11 @@ Tropp, Udell 2023):
 pass K_nM^T D K_nM v over the rows (the kernel engine's tiles in the input's precision, float64
 sums; K_nM is kept in memory only when it takes at most half of the budget, as in
 :func:`~kernelflow.solvers.nystrom.nystrom_krr`) plus one tiled product K_MM v (O(M^2 d) flops,
-no stored K_MM). Cost per iteration O(n M (d + 2t) + M^2 d + M k t).
+no stored K_MM). Cost per iteration O(n M (d + 2t) + M^2 d + M k t). Data-parallel on p
+processes, each passes over its own rows and computes the rows of K_MM v for its block of M / p
+centres (one all-reduce of M t values assembles each product): O((n M (d + 2t) + M^2 d) / p +
+M k t) per process; only the preconditioner (O(M s) memory, O(M s d + M s^2 + s^3) setup) is
+repeated on every process.
 
 Why conjugate gradients and not EigenPro's preconditioned SGD: the SGD step size is bounded by
 the flattened top eigenvalue, so the error along the eigenvalue lam s_min(K_MM) contracts by a
@@ -223,8 +227,9 @@ def nystrom_eigen_cg(
     Notes
     -----
     Setup O(M s d + M s^2 + s^3) flops and O(M s) memory; each iteration
-    O(n M (d + 2t) + M^2 d). Memory: 3 M s floats, a few M x t vectors, one row block (or the
-    stored K_nM when it fits in half of the budget); no M x M matrix.
+    O(n M (d + 2t) + M^2 d), split over the processes of a data-parallel run. Memory: 3 M s
+    floats, a few M x t vectors, one row block (or the stored K_nM when it fits in half of the
+    budget); no M x M matrix.
 
     Examples
     --------
@@ -272,12 +277,46 @@ def nystrom_eigen_cg(
                         log=logger)
 
 
+def _center_block(n_centers: int, n_procs: int, rank: int) -> tuple[int, int]:
+    """Rows [start, stop) of K_MM computed by process ``rank`` of ``n_procs``: contiguous
+    blocks whose sizes differ by at most one (the first M mod p are one row longer)."""
+    if n_centers < 0 or n_procs < 1 or not 0 <= rank < n_procs:
+        raise ValueError(f"need n_centers >= 0 and 0 <= rank < n_procs, got n_centers="
+                         f"{n_centers}, n_procs={n_procs}, rank={rank}.")
+    size, extra = divmod(n_centers, n_procs)
+    start = rank * size + min(rank, extra)
+    return start, start + size + (rank < extra)
+
+
+def _kmm_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
+    """a -> K_MM a (float64) by tiles, nothing stored. In a data-parallel run each process
+    computes the rows of its block of centres (:func:`_center_block`) and one all-reduce of
+    the zero-padded block assembles the vector (adding zeros is exact: every process holds the
+    same vector), so the O(M^2 d) flops per iteration are split, not repeated."""
+    C = run.C.to(run.dtype)
+    opts = (run.options or Options()).replace(accumulate_float64=True)
+    if not is_distributed():
+        K_MM = KernelOperator(run.kernel, C, options=opts)
+        return lambda a: K_MM.matmul(a).to(_F64)
+    r0, r1 = _center_block(run.M, world_size(), process_rank())
+    # same columns as K(C, C): the stationary kernels' centring shift (from the columns) and
+    # so every entry are those of the full product
+    K_block = KernelOperator(run.kernel, C[r0:r1], C, options=opts) if r1 > r0 else None
+
+    def product(a):  # (M, t) float64 -> (M, t)
+        out = torch.zeros(run.M, a.shape[1], dtype=_F64)
+        if K_block is not None:
+            out[r0:r1] = K_block.matmul(a).to(_F64)
+        return all_reduce_sum(out)
+
+    return product
+
+
 def _eigen_cg_system(run: _NystromRun) -> tuple[torch.Tensor, Callable[[torch.Tensor],
                                                                        torch.Tensor]]:
     """b = K_nM^T D (y - y_offset) / W (one pass) and the matrix of (1) as a product: one
     streamed pass and one tiled K_MM product (float64 sums), no stored M x M matrix."""
-    K_MM = KernelOperator(run.kernel, run.C.to(run.dtype), options=(
-        run.options or Options()).replace(accumulate_float64=True))
+    K_MM = _kmm_product(run)
     b = nystrom_rhs(run.source, run.kernel, run.C, y_offset=run.y_offset, dtype=run.dtype,
                     options=run.options, block_size=run.block_size, cache=run.cache) / run.W
     lam = run.lam
@@ -286,7 +325,7 @@ def _eigen_cg_system(run: _NystromRun) -> tuple[torch.Tensor, Callable[[torch.Te
         g = nystrom_normal_matvec(run.source, run.kernel, run.C, a, dtype=run.dtype,
                                   options=run.options, block_size=run.block_size,
                                   cache=run.cache) / run.W
-        return g + lam * K_MM.matmul(a).to(_F64)
+        return g + lam * K_MM(a)
 
     return b, matvec
 
