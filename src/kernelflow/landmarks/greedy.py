@@ -9,9 +9,16 @@ the column with the largest error decrease:
 * ``criterion="frobenius"``: the exact decrease of ``||K - K_S||_F^2``,
   ``2 u^T E u / c - ||u||^4 / c^2`` with ``u = E[:, i]``, ``c = E_ii``.
 
-Both scores come from ``E`` and ``E^2``, updated by the rank-one step ``E <- E - w w^T``
-with ``w = E[:, l] / sqrt(E_ll)``. Cost ``O(n^2 k)`` time and ``O(n^2)`` memory (the full
-matrix is needed, as in the paper).
+Each step removes ``w w^T`` from ``E`` with ``w = E[:, l] / sqrt(E_ll)``, in place. With
+``E' = E - w w^T`` and ``v = E w``,
+``E'^2 = E^2 - v w^T - w v^T + (w^T w) w w^T``, so the trace score only needs the vector
+``f = diag(E^2)`` (``f_i = ||E[:, i]||^2``), updated by
+``f <- f - 2 v * w + (w^T w) w * w``: one product ``E w`` per step, no ``n x n`` temporary,
+and no ``K @ K`` at the start (``f`` starts as the squared column norms of ``K``). The
+Frobenius score also needs ``u^T E u = diag(E E^2)``, so ``E^2`` is kept and updated in
+place by the same rank-two step. Cost ``O(n^2 k)`` time (plus one ``O(n^3)`` product for
+``"frobenius"``) and ``O(n^2)`` memory: the residual ``E`` (and ``E^2`` for
+``"frobenius"``) besides ``K``, as in the paper.
 """
 
 from __future__ import annotations
@@ -66,34 +73,65 @@ def greedy_selection(K: ArrayLike | GramAccess, k: int, *, criterion: str = "tra
     k = check_k(k, gram.n)
     gram.check_psd_diagonal()
     E = gram.to_dense().clone()
-    E2 = E @ E
+    scores = _ResidualScores(E, criterion)
     floor = rtol * float(E.diagonal().max())
+    eligible = torch.ones(gram.n, dtype=torch.bool, device=E.device)
     chosen: list[int] = []
     gains: list[float] = []
     for _ in range(k):
         c = E.diagonal()
-        ok = c > floor
-        if chosen:
-            ok[torch.as_tensor(chosen)] = False
+        ok = (c > floor) & eligible
         if not bool(ok.any()):
             break
         cs = torch.where(ok, c, 1.0)
-        f = E2.diagonal()  # ||E[:, i]||^2
-        if criterion == "trace":
-            score = f / cs
-        else:
-            uEu = (E * E2).sum(0)  # u^T E u with u = E[:, i]
-            score = 2 * uEu / cs - f * f / (cs * cs)
-        score = torch.where(ok, score, -torch.inf)
+        score = torch.where(ok, scores.score(cs), -torch.inf)
         l = int(torch.argmax(score))
         chosen.append(l)
+        eligible[l] = False
         gains.append(float(score[l]))
-        w = E[:, l] / float(c[l]) ** 0.5
-        Ew = E @ w
-        ww = float(w @ w)
-        E2 -= torch.outer(Ew, w) + torch.outer(w, Ew) - ww * torch.outer(w, w)
-        E -= torch.outer(w, w)
+        scores.remove(E[:, l] / float(c[l]) ** 0.5)
     return torch.as_tensor(chosen, dtype=torch.long), torch.as_tensor(gains, dtype=E.dtype)
+
+
+class _ResidualScores:
+    """The residual ``E`` (updated in place) and what the scores need of ``E^2``:
+    its diagonal ``f`` for ``"trace"``, the whole matrix ``E2`` for ``"frobenius"``."""
+
+    _ROWS = 256  # row panel of the column reductions
+
+    def __init__(self, E: torch.Tensor, criterion: str):  # E: shape (n, n), overwritten
+        self.E, self.criterion = E, criterion
+        self.E2: torch.Tensor | None = None
+        if criterion == "frobenius":
+            self.E2 = E @ E
+            self.f = self.E2.diagonal()  # a view: follows the in-place updates of E2
+        else:
+            self.f = self._column_dots(E, E)  # diag(E^2), E symmetric
+
+    def score(self, cs: torch.Tensor) -> torch.Tensor:  # shape: (n,)
+        f = self.f  # ||E[:, i]||^2
+        if self.E2 is None:
+            return f / cs
+        uEu = self._column_dots(self.E, self.E2)  # u^T E u with u = E[:, i]
+        return 2 * uEu / cs - f * f / (cs * cs)
+
+    @classmethod
+    def _column_dots(cls, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+        """``(A * B).sum(0)`` by row panels (A, B: shape (n, n)), no ``n x n`` temporary."""
+        out = torch.zeros(A.shape[1], dtype=A.dtype, device=A.device)
+        for s in range(0, A.shape[0], cls._ROWS):
+            out += (A[s:s + cls._ROWS] * B[s:s + cls._ROWS]).sum(0)
+        return out
+
+    def remove(self, w: torch.Tensor) -> None:  # E <- E - w w^T, w: shape (n,)
+        Ew = self.E @ w
+        ww = float(w @ w)
+        if self.E2 is None:
+            self.f -= 2 * Ew * w - ww * (w * w)
+        else:  # E2 <- E2 - a w^T - w a^T with a = E w - (w^T w / 2) w
+            a = Ew - (ww / 2) * w
+            self.E2.addr_(a, w, alpha=-1).addr_(w, a, alpha=-1)
+        self.E.addr_(w, w, alpha=-1)
 
 
 class GreedySelector(LandmarkSelector):
@@ -103,7 +141,8 @@ class GreedySelector(LandmarkSelector):
     ----------
     criterion : {"trace", "frobenius"}, default="trace"
     max_n : int, default=20000
-        Refuses larger ``n`` (the method stores two ``n x n`` matrices).
+        Refuses larger ``n`` (the method stores ``K`` and its residual, and ``E^2`` too for
+        ``"frobenius"``).
 
     Examples
     --------
