@@ -151,6 +151,63 @@ def test_greedy_is_no_better_than_brute_force():
     assert err(idx.tolist()) <= 2 * best  # and not far off on a tiny problem
 
 
+def _greedy_reference(K, k, criterion):
+    """Farahat's greedy selection as written: E and E^2 formed anew at every step."""
+    E = K.clone()
+    floor = 1e-12 * float(E.diagonal().max())
+    chosen, gains = [], []
+    for _ in range(k):
+        c = E.diagonal().clone()
+        E2 = E @ E
+        f = E2.diagonal()  # ||E[:, i]||^2
+        ok = c > floor
+        ok[chosen] = False
+        if not bool(ok.any()):
+            break
+        cs = torch.where(ok, c, torch.ones_like(c))
+        if criterion == "trace":
+            score = f / cs
+        else:
+            score = 2 * (E @ E2).diagonal() / cs - f * f / (cs * cs)
+        score = torch.where(ok, score, torch.full_like(score, -math.inf))
+        j = int(torch.argmax(score))
+        chosen.append(j)
+        gains.append(float(score[j]))
+        E = E - torch.outer(E[:, j], E[:, j]) / c[j]
+    return chosen, gains
+
+
+@pytest.mark.parametrize("criterion", ["trace", "frobenius"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_in_place_updates_select_as_the_reference(criterion, seed):
+    # the residual, diag(E^2) (trace) and E^2 (frobenius) are updated in place by rank-one
+    # steps; the selection must be the one of the straightforward recomputation
+    X = _X(150, 3, seed=seed)
+    K = Gaussian(1.5)(X, X)
+    ref_idx, ref_gains = _greedy_reference(K, 25, criterion)
+    idx, gains = greedy_selection(K, 25, criterion=criterion)
+    assert idx.tolist() == ref_idx
+    assert np.allclose(gains.numpy(), ref_gains, rtol=1e-7, atol=1e-12)
+    gram_idx, _ = greedy_selection(KernelGram(Gaussian(1.5), X), 25, criterion=criterion)
+    assert gram_idx.tolist() == ref_idx
+
+
+@pytest.mark.parametrize("criterion", ["trace", "frobenius"])
+def test_greedy_in_place_stops_at_the_rank_as_the_reference(criterion):
+    A = _X(40, 3, seed=3)
+    K = A @ A.T  # rank 3: the residual vanishes after three picks
+    ref_idx, ref_gains = _greedy_reference(K, 6, criterion)
+    idx, gains = greedy_selection(K, 6, criterion=criterion)
+    assert len(ref_idx) == 3 and len(idx) == 3
+    # the third pick is a tie (a rank-one residual scores the same on every column)
+    assert idx[:2].tolist() == ref_idx[:2]
+    assert np.allclose(gains.numpy(), ref_gains, rtol=1e-9)
+    S = idx.tolist()
+    resid = K - K[:, S] @ torch.linalg.solve(K[S][:, S], K[S])
+    assert float(resid.abs().max()) < 1e-9 * float(K.abs().max())
+    assert torch.equal(K, A @ A.T)  # the input is left as it was
+
+
 # k-DPP ------------------------------------------------------------------------------------
 def test_kdpp_frequencies_match_determinants():
     g = torch.Generator().manual_seed(0)

@@ -145,13 +145,18 @@ class _Solver:
 
     The CG preconditioner is Jacobi (the diagonal of ``L_t``) or, when ``factor`` is given,
     the low-rank-plus-diagonal approximation of ``L_t`` built from a partial Cholesky factor
-    ``K ~ F F^T`` (see :func:`low_rank_preconditioner`)."""
+    ``K ~ F F^T`` (see :func:`low_rank_preconditioner`).
+
+    The operator of the active block ``K[idx][:, idx]`` is made once, on first use, and held
+    for the solver's lifetime (all its solves and products): taking the subset of a stored
+    ``K`` copies the block out, which at every CG iteration cost as much as the product."""
 
     def __init__(self, gram, idx, t, delta, *, tol, max_iter, direct=False, factor=None):
         self.gram, self.idx, self.t, self.delta = gram, idx, t, delta
         self.tol, self.max_iter = tol, max_iter
         self.n_matvec = 0
         self.n_cg_iter = 0
+        self._block = None
         tt = t * t
         d = gram.diagonal() if idx is None else gram.diagonal()[idx]
         # Jacobi preconditioner: the diagonal of L_t is t^2 K_jj + delta (1 - t^2)
@@ -159,7 +164,8 @@ class _Solver:
         self._chol = self._lu = None
         self._precond = lambda R: R / self.diag[:, None]
         if direct:
-            L = _L(gram.sub_block(idx), t, delta)
+            # a stored K: the held block's matrix is exactly gram.sub_block(idx)
+            L = _L(self.block().to_dense() if gram.stored else gram.sub_block(idx), t, delta)
             if L.shape[0] <= 128:
                 # small blocks: LAPACK's threaded Cholesky has a large fixed start-up cost
                 self._lu = torch.linalg.lu_factor(L)
@@ -169,10 +175,19 @@ class _Solver:
             F = factor if idx is None else factor[idx]
             self._precond = low_rank_preconditioner(F, d, t, delta)
 
+    def block(self):
+        """The operator of ``K[idx][:, idx]`` (``K`` itself when ``idx`` is None), held."""
+        if self._block is None:
+            self._block = self.gram.op.subset(self.idx, self.idx)
+        return self._block
+
+    def sub_matmul(self, V):  # K[idx][:, idx] @ V, V: shape (len(idx), m)
+        return self.block() @ V
+
     def matvec(self, V):
         t = self.t[:, None]
         self.n_matvec += V.shape[1]
-        return t * self.gram.sub_matmul(self.idx, t * V) + self.delta * (1 - t * t) * V
+        return t * self.sub_matmul(t * V) + self.delta * (1 - t * t) * V
 
     def solve(self, B, x0=None):
         if self._chol is not None:
@@ -295,7 +310,7 @@ def stochastic_gradient(
     if loss == "trace":
         a = gram.rows_matmul(active, z)  # (K z)_+
         b = solver.solve(tc * a, warm.get("b"))
-        Ztb = gram.sub_matmul(active, tc * b) - delta * tc * b
+        Ztb = solver.sub_matmul(tc * b) - delta * tc * b
         phi = b * Ztb - a * b
         warm["b"] = b
         stats["cg_iter"] = stats.get("cg_iter", 0) + solver.n_cg_iter
@@ -312,7 +327,7 @@ def stochastic_gradient(
     e = solver.solve(tc * d, warm.get("e"))
     Ktb_p = Ktb if active is None else Ktb[active]
     Ztb = Ktb_p - delta * tc * b
-    Zte = gram.sub_matmul(active, tc * e) - delta * tc * e
+    Zte = solver.sub_matmul(tc * e) - delta * tc * e
     psi = b * d + a * e - e * Ztb - b * Zte
     warm["b"], warm["e"] = b, e
     stats["cg_iter"] = stats.get("cg_iter", 0) + solver.n_cg_iter
