@@ -493,3 +493,58 @@ def test_paper_setting_options_accepted_and_validated():
                 {"warm_start": 1.5}, {"loss": "nuclear"}, {"delta": 0.0}):
         with pytest.raises((ValueError, TypeError)):
             ContinuousSelector(**bad).run(P, Linear(), 4, random_state=0)
+
+
+# the active block held through the solves -----------------------------------------------------
+@pytest.mark.parametrize("direct", [False, True])
+@pytest.mark.parametrize("loss", ["trace", "frobenius"])
+def test_stored_active_block_gathered_once_same_gradient(loss, direct, monkeypatch):
+    from kernelflow.kernels import Gaussian
+    from kernelflow.landmarks import KernelGram
+    from kernelflow.operators import DenseOperator
+
+    X = torch.rand(120, 2, dtype=D, generator=torch.Generator().manual_seed(11))
+    stored = KernelGram(Gaussian(0.4), X, cache=True)
+    lazy = KernelGram(Gaussian(0.4), X, cache=False)  # every product from the kernel engine
+    assert stored.stored and not lazy.stored
+    gen = torch.Generator().manual_seed(12)
+    act = torch.arange(0, 120, 3)
+    t = 0.1 + 0.8 * torch.rand(act.numel(), dtype=D, generator=gen)
+    Z = (2 * torch.randint(0, 2, (120, 4), generator=gen) - 1).to(D)
+    gathers = []
+    subset = DenseOperator._subset
+
+    def counting(self, rows, cols):
+        if rows is not None and cols is not None:
+            gathers.append(rows.numel())
+        return subset(self, rows, cols)
+
+    monkeypatch.setattr(DenseOperator, "_subset", counting)
+    kw = dict(loss=loss, delta=0.1, active=act, cg_tol=1e-12, cg_max_iter=500, direct=direct)
+    s1: dict = {}
+    g1, est1, _, _ = stochastic_gradient(stored, t, Z, stats=s1, **kw)
+    assert gathers == [act.numel()]  # one copy of K[act][:, act] for all solves and products
+    assert direct or s1["cg_iter"] > 10
+    g0, est0, _, _ = stochastic_gradient(lazy, t, Z, **kw)
+    assert torch.allclose(g1, g0, rtol=1e-8, atol=1e-10 * float(g0.abs().max()))
+    assert est1 == pytest.approx(est0, rel=1e-9)
+
+
+def test_cg_selection_same_with_the_block_held_or_gathered_per_product(monkeypatch):
+    from kernelflow.kernels import Gaussian
+    from kernelflow.landmarks import ContinuousSelector
+
+    X = torch.rand(80, 2, dtype=D, generator=torch.Generator().manual_seed(13))
+
+    def run(cache=True):
+        sel = ContinuousSelector(cache=cache, direct_max=0, max_iter=30, n_mc=4)
+        return sel.run(X, Gaussian(0.3), 8, random_state=2)
+
+    held = run()
+    lazy = run(cache=False)  # products from the kernel engine: equal up to rounding
+    assert torch.allclose(held.t, lazy.t, atol=1e-8)
+    # a fresh copy of the active block at every product gives exactly the same run
+    monkeypatch.setattr(_Solver, "sub_matmul", lambda self, V: self.gram.sub_matmul(self.idx, V))
+    fresh = run()
+    assert torch.equal(held.t, fresh.t)
+    assert held.support.tolist() == fresh.support.tolist() and len(held.support) == 8
