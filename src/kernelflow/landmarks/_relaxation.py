@@ -148,8 +148,9 @@ class _Solver:
     ``K ~ F F^T`` (see :func:`low_rank_preconditioner`).
 
     The operator of the active block ``K[idx][:, idx]`` is made once, on first use, and held
-    for the solver's lifetime (all its solves and products): taking the subset of a stored
-    ``K`` copies the block out, which at every CG iteration cost as much as the product."""
+    for the solver's lifetime (all its CG iterations and products): taking the subset of a
+    stored ``K`` copies the block out, which at every CG iteration cost as much as the
+    product. The dense factorisation reads its own copy, freed once factorised."""
 
     def __init__(self, gram, idx, t, delta, *, tol, max_iter, direct=False, factor=None):
         self.gram, self.idx, self.t, self.delta = gram, idx, t, delta
@@ -164,8 +165,8 @@ class _Solver:
         self._chol = self._lu = None
         self._precond = lambda R: R / self.diag[:, None]
         if direct:
-            # a stored K: the held block's matrix is exactly gram.sub_block(idx)
-            L = _L(self.block().to_dense() if gram.stored else gram.sub_block(idx), t, delta)
+            # not the held block: it would stay in memory beside the factor
+            L = _L(gram.sub_block(idx), t, delta)
             if L.shape[0] <= 128:
                 # small blocks: LAPACK's threaded Cholesky has a large fixed start-up cost
                 self._lu = torch.linalg.lu_factor(L)
