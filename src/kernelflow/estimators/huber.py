@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Literal
 
@@ -15,6 +14,7 @@ from ..operators import KernelOperator
 from ..solvers.m_estimators import HUBER_C, kernel_huber_irls
 from ..utils._finite import DivergenceError
 from ..utils._validation import check_X_y
+from ..utils._warnings import warn_caller
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
 if TYPE_CHECKING:
@@ -69,9 +69,9 @@ class _KernelIRLSRegressor(KernelEstimatorMixin, RegressorMixin, BaseEstimator):
         K = KernelOperator(self.kernel_, Xt, options=self._options()).to_dense()
         res = self._solve(K, yt - self.intercept_)
         if not bool(res.converged):
-            warnings.warn(
+            warn_caller(
                 f"{type(self).__name__} did not converge in max_iter={self.max_iter} iterations "
-                f"(tol={self.tol}); increase max_iter.", ConvergenceWarning, stacklevel=2,
+                f"(tol={self.tol}); increase max_iter.", ConvergenceWarning
             )
         if not torch.isfinite(res.coef).all():
             raise DivergenceError("The reweighted solve produced non-finite coefficients.")

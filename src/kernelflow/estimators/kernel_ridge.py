@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Real
 
 import numpy as np
@@ -15,6 +14,7 @@ from ..solvers.direct import krr_cholesky, krr_lstsq, krr_spectral, spectrum
 from ..solvers.hyperparameters import EXACT_CRITERIA
 from ..utils._finite import NotPositiveDefiniteError
 from ..utils._validation import check_X_y
+from ..utils._warnings import warn_caller
 from ._base import PRECOMPUTED_KERNEL_CONSTRAINTS, KernelEstimatorMixin, check_precomputed
 from ._hyperparameters import (
     OPTIMIZER_CONSTRAINTS,
@@ -33,9 +33,9 @@ def _precomputed_solve(K, y, alpha, sample_weight):
     try:
         return krr_cholesky(K.clone(), y, alpha, sample_weight=sample_weight, overwrite_k=True)
     except NotPositiveDefiniteError:
-        warnings.warn("The precomputed kernel matrix plus the penalty is not positive "
+        warn_caller("The precomputed kernel matrix plus the penalty is not positive "
                       "definite; using the least-squares solution instead.",
-                      NearSingularKernelWarning, stacklevel=3)
+                      NearSingularKernelWarning)
         return krr_lstsq(K, y, alpha, sample_weight=sample_weight)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral
 
 import torch
@@ -19,6 +18,7 @@ from ..landmarks import LandmarkSelector, resolve_centers
 from ..operators import KernelOperator
 from ..typing import ArrayLike, Output
 from ..utils._validation import check_X, to_output
+from ..utils._warnings import warn_caller
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin, fit_random_state
 
 __all__ = ["Nystroem"]
@@ -131,9 +131,8 @@ class Nystroem(ClassNamePrefixFeaturesOutMixin, KernelEstimatorMixin, Transforme
         if explicit:
             k = None
         elif k > n:
-            warnings.warn(
-                f"n_components={k} > n_samples={n}; using n_components={n}.", stacklevel=2
-            )
+            warn_caller(
+                f"n_components={k} > n_samples={n}; using n_components={n}.", UserWarning)
             k = n
         self.kernel_ = self._build_kernel(Xt)
         rs = fit_random_state(self.random_state)

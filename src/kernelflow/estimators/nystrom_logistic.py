@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Literal
 
@@ -19,6 +18,7 @@ from ..operators import KernelOperator, Options, memory_budget
 from ..solvers.logistic import nystrom_logistic_newton
 from ..utils._atomic import AtomicFitMixin
 from ..utils._validation import check_X, to_output
+from ..utils._warnings import warn_caller
 from ._base import KERNEL_CONSTRAINTS
 from .kernel_ridge_classifier import encode_labels
 from .nystrom_ridge import NYSTROM_CONSTRAINTS
@@ -175,12 +175,12 @@ class NystromKernelLogisticRegression(AtomicFitMixin, ClassifierMixin, BaseEstim
             sample_weight=sw, fit_intercept=self.fit_intercept, max_iter=self.max_iter,
             tol=self.tol, cg_max_iter=self.cg_max_iter)
         if not sol.converged:
-            warnings.warn(
+            warn_caller(
                 f"Newton's method did not reach tol={self.tol} within max_iter={self.max_iter} "
                 f"steps (relative gradient norm "
                 f"{sol.gradient_norms[-1] / max(sol.gradient_norms[0], 1e-300):.2e}). "
                 f"Increase max_iter or cg_max_iter, loosen tol, or use a larger alpha.",
-                ConvergenceWarning, stacklevel=2)
+                ConvergenceWarning)
         self.centers_ = C
         self.dual_coef_ = sol.coef
         self.intercept_ = sol.intercept

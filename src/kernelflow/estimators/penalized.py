@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Literal
 
@@ -14,6 +13,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from ..operators import KernelOperator
 from ..solvers.proximal import proximal_gradient
 from ..utils._validation import check_X_y
+from ..utils._warnings import warn_caller
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 from .gradient_descent import _drop_zero_weights
 
@@ -215,8 +215,8 @@ def _merge_duplicates(X: torch.Tensor, y: torch.Tensor, sw: torch.Tensor | None
 def warn_unconverged(res: ProximalResult, max_iter: int, tol: float) -> None:
     """Raise scikit-learn's ``ConvergenceWarning`` for a proximal solve that hit ``max_iter``."""
     if not res.converged:
-        warnings.warn(
+        warn_caller(
             f"proximal gradient did not reach the KKT tolerance {tol:g} in {max_iter} "
             f"iterations (KKT residual {res.kkt_residual:.3g}); increase max_iter or tol.",
-            ConvergenceWarning, stacklevel=3,
+            ConvergenceWarning
         )

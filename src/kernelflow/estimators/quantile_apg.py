@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from numbers import Integral, Real
 
 import torch
@@ -14,6 +13,7 @@ from ..operators import KernelOperator
 from ..solvers.quantile_apg import kernel_quantile_apg
 from ..utils._finite import DivergenceError
 from ..utils._validation import check_X_y
+from ..utils._warnings import warn_caller
 from ._base import KERNEL_CONSTRAINTS, KernelEstimatorMixin
 
 __all__ = ["KernelQuantileRegressorAPG"]
@@ -173,9 +173,9 @@ class KernelQuantileRegressorAPG(KernelEstimatorMixin, RegressorMixin, BaseEstim
         if not (torch.isfinite(coef).all() and torch.isfinite(b)):
             raise DivergenceError("The accelerated solver produced non-finite coefficients.")
         if not (bool(res.exact) or bool(res.converged)):
-            warnings.warn(
+            warn_caller(
                 f"{type(self).__name__} did not converge in max_iter={self.max_iter} steps per "
-                f"stage (tol={self.tol}); increase max_iter.", ConvergenceWarning, stacklevel=2,
+                f"stage (tol={self.tol}); increase max_iter.", ConvergenceWarning
             )
         self.X_fit_ = X
         self.dual_coef_ = coef.to(X.dtype)

@@ -43,7 +43,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -58,6 +57,7 @@ from ..operators import DenseOperator, KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress, steps_to_reach
+from ..utils._warnings import warn_caller
 from ..utils.checkpoint import Checkpoint, monitor_state, restore_monitor
 from ..utils.monitor import EarlyStopping
 from ._nystrom_direct import (
@@ -1074,13 +1074,13 @@ def _direct_check(run: _NystromRun, d: _DirectSolve) -> bool:
         return True
     remedy = ("solving again from the Gram matrix of the whitened rows" if not d.whiten
               else "refining it by float64 conjugate gradients")
-    warnings.warn(
+    warn_caller(
         f"the direct Nyström solve left a relative residual {check:.1e}, "
         f"{check / level:.2g} times what rounding allows ({level:.1e}; K_MM's "
         f"eigenvalues span {wh.s_min:.1e} to {wh.s_max:.1e}, penalty alpha / W = "
         f"{lam:.1e}): {remedy}. A larger alpha or fewer centres make the problem "
         f"better conditioned.",
-        RuntimeWarning, stacklevel=4,
+        RuntimeWarning
     )
     return False
 

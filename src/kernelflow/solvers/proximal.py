@@ -24,13 +24,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ..utils._warnings import SolverConvergenceWarning
+from ..utils._warnings import SolverConvergenceWarning, warn_caller
 from .paths import DivergenceError, _check_eta, largest_eigenvalue
 from .paths._operator import batch_matmul, dense_matrix, fits, path_operator
 from .prox import PENALTIES, prox
@@ -410,10 +409,10 @@ def proximal_gradient(K, y: torch.Tensor, lam, *, penalty: str = "linf", learnin
                                polish=_dense_polisher(penalty, Km, Y, lam) if polish else None)
     converged = bool(ok.all())
     if warn and not converged:
-        warnings.warn(
+        warn_caller(
             f"proximal gradient did not reach the KKT tolerance {tol:g} in {max_iter} iterations "
             f"(KKT residual {float(kkt.max()):.3g}); increase max_iter or tol.",
-            SolverConvergenceWarning, stacklevel=2,
+            SolverConvergenceWarning
         )
 
     def out(A):
