@@ -48,6 +48,9 @@ Usage (the runs of ``docs/performance/scale.md``)::
         --resume-check --out /tmp/kfscale/scale10.json
     python benchmarks/scale.py --n 1e5 1e6 1e7 --max-iter 10 --robust-max-iter 5 \
         --out /tmp/kfscale/scale10.json --plot docs/img/scale.png
+    python benchmarks/scale.py --n 1e6 1e7 --max-iter 10 --estimators nystrom_direct \
+        nystrom_fixed --noise 1.0 --data-dir /tmp/kernelflow-scale-noise1 \
+        --out /tmp/kfscale3/noise1.json
 """
 
 from __future__ import annotations
