@@ -3,8 +3,9 @@
 Data as in ``benchmarks/nystrom_vs_falkon.py`` and ``benchmarks/many_centres.py``:
 X ~ N(0, I_9), f = sin(2 u1) + 0.5 tanh(2 u2) + 0.25 u1 u2 (u the projections on two fixed
 orthonormal directions), y = f + 0.1 N(0, 1) (``--noise`` sets the 0.1), float32 columns
-``x0`` ... ``x8``, ``y``. The data set is generated once to ``--data-dir`` (never loaded whole): files of 10^5 rows
-(row groups of 50 000), so the first n / 10^5 files are the data set of n rows. The test set
+``x0`` ... ``x8``, ``y``. The data set is generated once to ``--data-dir`` (never loaded
+whole): files of 10^5 rows (row groups of 50 000), so the first n / 10^5 files are the data set
+of n rows. The test set
 is 10 000 more points with the noiseless f (``test.npz``).
 
 Every fit runs in its own process with one thread (``OMP_NUM_THREADS=1``,
