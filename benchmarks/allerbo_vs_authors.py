@@ -61,7 +61,7 @@ from kernelflow.estimators.path_cv import (  # noqa: E402
 )
 from kernelflow.kernels import Gaussian  # noqa: E402
 from kernelflow.solvers.grid_cv import (  # noqa: E402
-    _GridProduct,
+    _GridOperator,
     _published_ista,
     penalized_grid_cv,
 )
@@ -144,7 +144,7 @@ def run_ours(protocol, X, y, Xte, folds):
                             solver="published", max_iter=1000)
     i, j = res.best_index
     K = kernels[i](Xt, Xt)
-    A, _ = _published_ista(_GridProduct(K[None], torch.ones(1, n, dtype=K.dtype), 1),
+    A, _ = _published_ista(_GridOperator(K[None], torch.ones(1, n, dtype=K.dtype), 1),
                            yt[None], torch.tensor([[LAMBDAS[j] / STEP]]), "linf",
                            torch.tensor([[STEP]]), torch.tensor([float(n)]), 1000)
     return (kernels[i](Xe, Xt) @ A[0]).numpy(), (float(SIGMAS[i]), float(LAMBDAS[j]))
