@@ -352,3 +352,21 @@ def test_single_process_computes_the_whole_centre_product(monkeypatch):
                            max_iter=50)
     assert entries and set(entries) == {50 * 50}
     assert len(entries) >= sol.n_iter
+
+
+def test_float32_breakdown_warns_and_returns_no_worse_than_the_start():
+    # float32 tiles, lam = 1e-6 and rank s = M on smooth 5-d data: the preconditioner reaches
+    # Nystrom eigenvalues far below the rounding of the products, CG loses positive curvature
+    # after its residual has grown a hundredfold (it used to stop on the change rule,
+    # "converged", with a test RMSE of 169)
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(1000, 5, dtype=F64, generator=g)
+    f = torch.sin(2 * X[:, 0]) + 0.5 * torch.tanh(2 * X[:, 1])
+    y = f + 0.1 * torch.randn(1000, dtype=F64, generator=g)
+    kernel, C = Gaussian(3.0), X[:300]
+    with pytest.warns(UserWarning, match="broke down"):
+        sol = nystrom_eigen_cg(ArraySource(X, y), kernel, C, 1000 * 1e-6, rank=300,
+                               dtype=torch.float32, tol=1e-9, max_iter=60)
+    assert sol.stop_reason == "breakdown" and not sol.converged
+    rmse = float(((kernel(X, C) @ sol.coef).ravel() - f).pow(2).mean().sqrt())
+    assert rmse < 0.95 * float(f.pow(2).mean().sqrt())  # better than the start, coef = 0

@@ -55,6 +55,7 @@ from ..linalg import cholesky, conjugate_gradient
 from ..operators import KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._progress import progress
+from ..utils._warnings import SolverConvergenceWarning, warn_caller
 from ..utils.checkpoint import Checkpoint
 from ..utils.monitor import EarlyStopping
 from .nystrom import (
@@ -272,7 +273,18 @@ def nystrom_eigen_cg(
                                  preconditioner=P.apply_inverse, callback=watch,
                                  state=watch.cg_state)
     reason = "residual" if res.converged else watch.state["reason"]
-    return _cg_solution(run, res, res.x.reshape(M, t), watch.state["best_coef"], watch.monitor,
+    coef = res.x.reshape(M, t)
+    if reason == "breakdown" or res.residual_norms[-1] > 10 * res.residual_norms[0]:
+        # rounding in the products (float32 tiles, tiny lam) broke CG: it lost positive
+        # curvature or its residual grew tenfold past the start; return the iterate of least
+        # residual
+        warn_caller(f"Nystrom eigen-CG broke down after {res.n_iter} passes (relative "
+                    f"residual {res.residual_norms[-1]:.3g}); returning the iterate of least "
+                    f"residual ({watch.state['least'][0]:.3g}). Use float64 rows, a larger "
+                    "alpha or a smaller rank.", SolverConvergenceWarning)
+        coef = watch.state["least"][1].reshape(M, t)
+        reason = "breakdown"
+    return _cg_solution(run, res, coef, watch.state["best_coef"], watch.monitor,
                         reason, stopped_early=reason == "validation", solver="eigen_cg",
                         log=logger)
 
@@ -343,7 +355,12 @@ class _EigenCGMonitor(_ValidationScore):
         self.state: dict[str, Any] = {
             "best_coef": None, "prev": x0, "R_prev": b if x0 is None else b - matvec(x0),
             "small": 0, "reason": "max_iter", "steps": deque(maxlen=_CHANGE_WINDOW),
-            "early": False, "res": []}
+            "early": False, "res": [],
+            "least": (1.0, torch.zeros(run.M, run.t, dtype=_F64))}
+        if x0 is not None:  # the start's relative residual, as CG measures it
+            start = (torch.linalg.vector_norm(self.state["R_prev"], dim=0)
+                     / torch.linalg.vector_norm(b, dim=0).clamp_min(torch.finfo(b.dtype).tiny))
+            self.state["least"] = (float(start.max()), x0)
         self.cg_state: dict[str, Any] = {}
         saved = checkpoint.load(b.device) if checkpoint is not None else None
         if saved is not None:
@@ -356,11 +373,19 @@ class _EigenCGMonitor(_ValidationScore):
 
     def __call__(self, k: int, X: torch.Tensor, R: torch.Tensor) -> bool:
         state = self.state
+        res = float(self.cg_state["norms"][-1])
+        if res < state["least"][0]:
+            state["least"] = (res, X.clone())
+        # a pass that did not move X (no positive curvature left) while the residual is large
+        broke = (state["prev"] is not None and res > self.run.tol * self.run.tol
+                 and torch.equal(X, state["prev"]))
         change = cg_energy_change(state, X, R, self.b, self.run.tol)
         self.bar.set_postfix(change=f"{change:.1e}", refresh=False)
         self.bar.update()
         stop = False
-        if state["small"] >= 2:
+        if broke:
+            state["reason"], stop = "breakdown", True
+        elif state["small"] >= 2:
             state["reason"], stop = "change", True
         if self.run.validation is not None and self.score(k, X.clone()):
             state["reason"], stop = "validation", True
