@@ -84,7 +84,7 @@ class GramAccess(LinearOperator):
     Every :class:`~kernelflow.operators.LinearOperator` method works on it and is passed to the
     wrapped operator ``op``, so a stored matrix keeps its free blocks and a kernel its tiled
     products. What the selectors add: ``n``, the products on index subsets
-    (``rows_matmul``, ``cols_matmul``, ``sub_matmul``), ``sub_block``, ``stored`` and the
+    (``rows_matmul``, ``cols_matmul``), ``sub_block``, ``stored`` and the
     checked diagonal. ``idx=None`` means all indices. Products take ``V`` of shape
     ``(len, t)`` or ``(len,)``.
 
@@ -135,9 +135,6 @@ class GramAccess(LinearOperator):
 
     def cols_matmul(self, idx, V: torch.Tensor) -> torch.Tensor:  # K[:, idx] @ V
         return self.op.subset(cols=idx) @ V
-
-    def sub_matmul(self, idx, V: torch.Tensor) -> torch.Tensor:  # K[idx][:, idx] @ V
-        return self.op.subset(idx, idx) @ V
 
     def sub_block(self, idx) -> torch.Tensor:  # K[idx][:, idx], dense
         if idx is None:
