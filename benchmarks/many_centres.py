@@ -22,10 +22,20 @@ Methods:
 * ``falkon``: ``falkon.Falkon`` (CPU, 5, 10 and 20 iterations as separate fits) when
   ``import falkon`` works; skipped with a note otherwise.
 
+``--out results.jsonl`` appends one JSON line per (n, M, method) as soon as its process ends
+(trace, peak RSS, max_iter) and skips the runs already there, so that a long comparison resumes
+after an interruption; ``--summary`` prints the tables of a results file without running
+anything; ``--plot time_vs_M.png`` draws, per n, the time to reach 1 % of the best RMSE_f
+against M on log-log axes, one line per method (runs that never reach it are marked at the
+top of the axis).
+
 Usage::
 
     python benchmarks/many_centres.py --n 20000 --M 1000 2000
     python benchmarks/many_centres.py --n 50000 --M 4000 --methods eigen_cg pcg
+    python benchmarks/many_centres.py --n 200000 --M 5000 20000 50000 \
+        --methods eigen_cg eigen_cg-s=2000 pcg --out mc.jsonl --plot mc.png
+    python benchmarks/many_centres.py --summary --out mc.jsonl --plot mc.png
 """
 
 from __future__ import annotations
@@ -153,6 +163,77 @@ def falkon_available():
                           capture_output=True).returncode == 0
 
 
+def _load(path):
+    """Rows of a results file (``[]`` when it does not exist yet)."""
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _reach(trace, target):
+    """(seconds, passes) of the first point of ``trace`` with RMSE_f <= target, or None."""
+    return next(((s, p) for s, p, r in trace if r <= target), None)
+
+
+def table(rows):
+    """Print, per (n, M), each method's time and passes to 1 % of the best RMSE_f reached by
+    any method at that (n, M), its final RMSE_f, totals and peak RSS; return the points of the
+    plot ``{n: {method: [(M, seconds or None)]}}``."""
+    points = {}
+    for n, M in sorted({(r["n"], r["M"]) for r in rows}):
+        group = [r for r in rows if r["n"] == n and r["M"] == M]
+        best = min((x[2] for r in group if "trace" in r for x in r["trace"]),
+                   default=float("nan"))
+        print(f"\nn = {n}, M = {M}: best RMSE_f {best:.5f}; target {1.01 * best:.5f}")
+        print(f"{'method':16s} {'time to 1%':>10s} {'passes':>6s} {'final RMSE_f':>12s} "
+              f"{'total s':>8s} {'total passes':>12s} {'peak RSS GB':>11s}")
+        for r in group:
+            m = r["method"]
+            if "error" in r:
+                print(f"{m:16s} error: {r['error']}")
+                points.setdefault(n, {}).setdefault(m, []).append((M, None))
+                continue
+            tr = r["trace"]
+            hit = _reach(tr, 1.01 * best)
+            points.setdefault(n, {}).setdefault(m, []).append((M, hit[0] if hit else None))
+            reach = (f"{hit[0]:10.2f} {hit[1]:6d}" if hit else f"{'never':>10s} {'-':>6s}")
+            print(f"{m:16s} {reach} {tr[-1][2]:12.5f} {tr[-1][0]:8.2f} {tr[-1][1]:12d} "
+                  f"{r['peak_rss_gb']:11.2f}")
+    return points
+
+
+def plot(points, path):
+    """Log-log time to 1 % against M, one panel per n, one line per method; a method that
+    never reached the target at some M is drawn as an open marker at the top of the panel."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(points), figsize=(5.5 * len(points), 4.5), squeeze=False)
+    for ax, (n, by_method) in zip(axes[0], sorted(points.items())):
+        reached = [t for pts in by_method.values() for _, t in pts if t is not None]
+        top = 2 * max(reached, default=1.0)
+        for (method, pts), mk in zip(sorted(by_method.items()), "osD^vPX*"):
+            pts = sorted(pts)
+            line = ax.plot([m for m, t in pts if t is not None],
+                           [t for _, t in pts if t is not None], marker=mk, label=method)
+            missed = [m for m, t in pts if t is None]
+            if missed:
+                ax.plot(missed, [top] * len(missed), marker=mk, ls="none", mfc="none",
+                        color=line[0].get_color())
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("centres M")
+        ax.set_ylabel("time to RMSE_f within 1 % of the best (s, one thread)")
+        ax.set_title(f"n = {n} (open markers: never reached)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"\nplot written to {path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--worker")
@@ -162,32 +243,38 @@ def main():
                     default=["eigen_cg", "eigen_cg-s=250", "pcg", "direct", "falkon"])
     ap.add_argument("--max-iter", type=int, default=200)
     ap.add_argument("--timeout", type=int, default=1200)
+    ap.add_argument("--out", help="JSONL results file: appended to, and runs in it skipped")
+    ap.add_argument("--summary", action="store_true",
+                    help="print the tables (and --plot) of --out without running anything")
+    ap.add_argument("--plot", help="PNG path for the log-log plot of time against M")
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
         return
-    methods = list(args.methods)
-    if "falkon" in methods and not falkon_available():
-        methods.remove("falkon")
-        print("falkon: not importable here, skipped")
-    print(f"n = {args.n}, float32 rows, sigma = {SIGMA}, lambda = {LAMBDA}, one thread")
-    for M in args.M:
-        results = {m: run({"n": args.n, "M": M, "method": m, "max_iter": args.max_iter},
-                          args.timeout) for m in methods}
-        best = min((r for res in results.values() if "trace" in res for *_, r in res["trace"]),
-                   default=float("nan"))
-        print(f"\nM = {M}: best RMSE_f {best:.5f}; target {1.01 * best:.5f}")
-        print(f"{'method':16s} {'time to 1%':>10s} {'passes':>6s} {'final RMSE_f':>12s} "
-              f"{'total s':>8s} {'total passes':>12s} {'peak RSS GB':>11s}")
-        for m, res in results.items():
-            if "error" in res:
-                print(f"{m:16s} error: {res['error']}")
-                continue
-            tr = res["trace"]
-            hit = next(((s, p) for s, p, r in tr if r <= 1.01 * best), None)
-            reach = (f"{hit[0]:10.2f} {hit[1]:6d}" if hit else f"{'never':>10s} {'-':>6s}")
-            print(f"{m:16s} {reach} {tr[-1][2]:12.5f} {tr[-1][0]:8.2f} {tr[-1][1]:12d} "
-                  f"{res['peak_rss_gb']:11.2f}")
+    rows = _load(args.out)
+    if not args.summary:
+        methods = list(args.methods)
+        if "falkon" in methods and not falkon_available():
+            methods.remove("falkon")
+            print("falkon: not importable here, skipped")
+        print(f"n = {args.n}, float32 rows, sigma = {SIGMA}, lambda = {LAMBDA}, one thread")
+        done = {(r["n"], r["M"], r["method"]) for r in rows}
+        for M in args.M:
+            for m in methods:
+                if (args.n, M, m) in done:
+                    continue
+                res = {"n": args.n, "M": M, "method": m, "max_iter": args.max_iter,
+                       **run({"n": args.n, "M": M, "method": m, "max_iter": args.max_iter},
+                             args.timeout)}
+                rows.append(res)
+                if args.out:
+                    with open(args.out, "a") as fh:
+                        fh.write(json.dumps(res) + "\n")
+        wanted = {(args.n, M) for M in args.M}
+        rows = [r for r in rows if (r["n"], r["M"]) in wanted and r["method"] in methods]
+    points = table(rows)
+    if args.plot and points:
+        plot(points, args.plot)
 
 
 if __name__ == "__main__":
