@@ -78,3 +78,32 @@ def test_eigh_and_power_iteration():
     torch.testing.assert_close(U @ torch.diag(s) @ U.T, A)
     lam = power_iteration(lambda v: A @ v, 60, n_iter=500, tol=1e-12)
     assert lam == pytest.approx(float(s[-1]), rel=1e-6)
+
+
+def test_cg_stops_on_non_positive_curvature():
+    # A indefinite: the first direction b has b^T A b = 1 - 3 < 0; CG must not step on it
+    A = torch.diag(torch.tensor([1.0, -3.0], dtype=torch.float64))
+    b = torch.ones(2, dtype=torch.float64)
+    seen = []
+    res = conjugate_gradient(lambda v: A @ v, b, max_iter=10,
+                             callback=lambda k, X, R: seen.append(k))
+    assert res.breakdown and not res.converged and res.n_iter == 0 and not seen
+    assert torch.equal(res.x, torch.zeros(2, dtype=torch.float64))
+
+
+def test_cg_breakdown_of_one_column_stops_the_run_after_its_last_good_step():
+    # column 0: A is SPD on span(e0, e1), CG converges in two steps; column 1 meets the
+    # negative direction e2 only in its second step (its first direction has curvature > 0)
+    A = torch.diag(torch.tensor([2.0, 1.0, -1e-3], dtype=torch.float64))
+    B = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    res = conjugate_gradient(lambda v: A @ v, B, max_iter=10, tol=1e-12)
+    assert res.breakdown and not res.converged and res.n_iter == 1
+    assert all(torch.isfinite(res.x).ravel())
+
+
+def test_cg_on_spd_reports_no_breakdown():
+    A = _spd()
+    b = torch.randn(60, 2, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    res = conjugate_gradient(lambda v: A @ v, b, tol=1e-10, max_iter=500)
+    assert res.converged and not res.breakdown
+    torch.testing.assert_close(A @ res.x, b, rtol=0, atol=1e-8)

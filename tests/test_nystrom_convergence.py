@@ -75,3 +75,48 @@ def test_logistic_warns_with_gradient_norm_and_remedy():
         m = NystromKernelLogisticRegression(n_components=50, alpha=1e-8, max_iter=1,
                                             random_state=0).fit(X, labels)
     assert m.converged_ is False
+
+
+def _one_breakdown_warning(record):
+    # one warning, from the solver, with the remedy; no second ConvergenceWarning
+    messages = [str(w.message) for w in record]
+    assert len(messages) == 1, messages
+    assert "broke down" in messages[0] and "float64 rows" in messages[0]
+    assert not issubclass(record[0].category, ConvergenceWarning)
+
+
+def test_pcg_breakdown_is_reported_once_with_its_remedy(monkeypatch):
+    import warnings
+
+    real = nys.nystrom_normal_matvec
+
+    def negated(*args, **kwargs):  # an indefinite system: K_nM^T K_nM with the wrong sign
+        return -real(*args, **kwargs)
+
+    monkeypatch.setattr(nys, "nystrom_normal_matvec", negated)
+    X, y = _data()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        m = NystromKernelRidge(n_components=100, alpha=1e-3, sigma=1.5, solver="cg",
+                               random_state=0).fit(X, y)
+    _one_breakdown_warning(record)
+    assert "solver='direct'" in str(record[0].message)
+    assert m.converged_ is False and m.n_iter_ == 0
+
+
+def test_eigen_cg_breakdown_is_reported_once_and_keeps_the_least_residual(monkeypatch):
+    import warnings
+
+    import kernelflow.solvers.nystrom_eigen_cg as ecg
+
+    # a penalty product of the wrong sign, large enough to make the first direction negative
+    monkeypatch.setattr(ecg, "_kmm_product", lambda run: (lambda a: -1e9 * a))
+    X, y = _data()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        m = NystromKernelRidge(n_components=100, alpha=1e-3, sigma=1.5, solver="eigen_cg",
+                               random_state=0).fit(X, y)
+    _one_breakdown_warning(record)
+    assert "smaller rank" in str(record[0].message)
+    assert m.converged_ is False and m.n_iter_ == 0
+    assert not np.asarray(m.dual_coef_).any()  # the start, the only iterate

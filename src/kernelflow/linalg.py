@@ -111,6 +111,9 @@ class SolveResult:
     n_iter: int
     residual_norms: list = field(default_factory=list)
     converged: bool = False
+    #: conjugate gradients stopped on a direction of non-positive curvature (see
+    #: :func:`conjugate_gradient`)
+    breakdown: bool = False
 
 
 class StopSolver(Exception):  # noqa: N818
@@ -133,6 +136,10 @@ def conjugate_gradient(
     Each column is an independent system and converges on its own (its step sizes are zeroed once
     ``||r_j|| <= tol * ||b_j||``). ``preconditioner(R)`` applies M^{-1} ~ A^{-1}. ``callback(k, X,
     R)`` is called after each iteration; returning ``True`` (or raising ``StopSolver``) stops.
+    A direction p of a column not yet converged with p^T A p <= 0 is a breakdown: A (as the
+    products compute it) or the preconditioner is not positive definite to that precision. The
+    run stops before that step, with ``breakdown=True`` in the result (a zero step there would
+    leave X unchanged for every later iteration).
     ``state``, a dict, is kept up to date before each callback with the iteration ``k``, ``X``,
     ``R``, the last direction ``P``, ``rz`` and the residual ``norms`` (references, not copies);
     a ``state`` given holding these continues the run from them with the steps an uninterrupted
@@ -157,6 +164,7 @@ def conjugate_gradient(
         max_iter = n
     b_norm = torch.linalg.vector_norm(B, dim=0).clamp_min(torch.finfo(B.dtype).tiny)
     pending = False  # resumed: the direction update comes first
+    breakdown = False
     if state is not None and "X" in state:
         pending = True
         X, R, P, rz = (state[key].clone() for key in ("X", "R", "P", "rz"))
@@ -182,7 +190,10 @@ def conjugate_gradient(
         AP = matvec(P)
         pap = (P * AP).sum(0)
         active = torch.linalg.vector_norm(R, dim=0) > tol * b_norm
-        step = torch.where(active & (pap > 0), rz / torch.where(pap > 0, pap, 1.0), 0.0)
+        if bool((active & ~(pap > 0)).any()):  # NaN curvature counts as none
+            breakdown = True
+            break
+        step = torch.where(active, rz / torch.where(pap > 0, pap, 1.0), 0.0)
         X += P * step
         R -= AP * step
         k += 1
@@ -202,7 +213,8 @@ def conjugate_gradient(
         if converged:
             break
     x = X[:, 0] if squeeze else X
-    return SolveResult(x=x, n_iter=k, residual_norms=norms, converged=converged)
+    return SolveResult(x=x, n_iter=k, residual_norms=norms, converged=converged,
+                       breakdown=breakdown)
 
 
 def symmetric_eigh(K: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -484,7 +484,8 @@ class NystromKernelRidge(_NystromBase):
         """Store the coefficients, the solver's history and the posterior; returns self."""
         p: _RidgePlan = plan.state
         sol, posterior = result.state
-        if not sol.converged and not sol.stopped_early:
+        if not sol.converged and not sol.stopped_early and sol.stop_reason != "breakdown":
+            # a breakdown was reported by the solver with its own remedy: one warning
             warn_caller(
                 f"Nyström CG stopped at max_iter={self.max_iter} with relative residual "
                 f"{sol.residual:.2e} above tol={sol.tolerance:.1e}: the model may be "

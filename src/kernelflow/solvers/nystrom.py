@@ -57,7 +57,7 @@ from ..operators import DenseOperator, KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
 from ..utils._progress import progress, steps_to_reach
-from ..utils._warnings import warn_caller
+from ..utils._warnings import SolverConvergenceWarning, warn_caller
 from ..utils.checkpoint import Checkpoint, monitor_state, restore_monitor
 from ..utils.monitor import EarlyStopping
 from ._nystrom_direct import (
@@ -861,6 +861,8 @@ def nystrom_krr(
         res = conjugate_gradient(system.matvec, system.rhs, x0=system.x0, max_iter=max_iter,
                                  tol=run.tol, callback=watch, state=watch.cg_state)
     reason = "residual" if res.converged else watch.state["reason"]
+    if res.breakdown:
+        reason = "breakdown"
     if (auto and dtype != _F64 and validation is None and callback is None
             and not (res.converged or reason == "change")):
         # float32 products can stall CG where K_MM has eigenvalues below their rounding
@@ -870,6 +872,9 @@ def nystrom_krr(
         logger.info("Nystrom CG in %s did not converge in %d passes (residual %.2e): "
                     "solving directly in float64", dtype, res.n_iter, res.residual_norms[-1])
         return _solve_direct(run, [("cg", res.n_iter)], None, _F64, None)
+    if res.breakdown:
+        warn_breakdown("CG", res, res.residual_norms[-1],
+                       "use float64 rows (dtype), a larger alpha or solver='direct'")
     return _cg_solution(run, res, system.to_coef(res.x.reshape(run.M, run.t)),
                         watch.state["best_coef"], watch.monitor, reason,
                         stopped_early=watch.state["early"], solver="cg", log=logger)
@@ -1265,6 +1270,16 @@ def _cg_solution(run: _NystromRun, res: SolveResult, coef: torch.Tensor,
                            solver=solver, residual=float(res.residual_norms[-1]),
                            stop_reason=reason, tolerance=run.tol,
                            history=[(solver, res.n_iter)])
+
+
+def warn_breakdown(name: str, res: SolveResult, kept: float, remedy: str) -> None:
+    """The one warning of a Nyström CG run that broke down (``res.breakdown``, or a residual
+    grown tenfold): ``kept`` is the relative residual of the coefficients returned."""
+    warn_caller(f"Nystrom {name} broke down after {res.n_iter} passes: rounding in the "
+                f"products left a direction without positive curvature (relative residual "
+                f"{res.residual_norms[-1]:.3g}); the coefficients returned have relative "
+                f"residual {kept:.3g} and converged_ is False. To fix it, {remedy}.",
+                SolverConvergenceWarning)
 
 
 def cg_energy_change(state: dict, X: torch.Tensor, R: torch.Tensor, rhs: torch.Tensor,
