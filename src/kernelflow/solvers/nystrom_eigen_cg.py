@@ -375,8 +375,9 @@ _F64_CHUNK = 2**18
 def _gram_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
     """a -> K_nM^T D K_nM a (float64), one pass over the rows (or the stored K_nM).
 
-    Float64 tiles: :func:`~kernelflow.solvers.nystrom.nystrom_normal_matvec`. Float32 tiles:
-    the same float32 kernel values, multiplied in float64 a chunk of rows at a time. The
+    :func:`~kernelflow.solvers.nystrom.nystrom_normal_matvec` on the run's blocks; with
+    float32 tiles the blocks are :class:`_Float64Block`: the same float32 kernel values,
+    multiplied in float64 a chunk of rows at a time. The
     float32 products (a rounded to float32, sums over M in float32) err by about
     eps32 |K_nM| |a|, which is not a fixed matrix and has no sign: where the preconditioner's
     values fall below eps32 times its largest, CG's directions are dominated by components
@@ -385,28 +386,46 @@ def _gram_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
     solution, which float64 products reach). The kernel values (the costly part of a
     streamed pass) stay float32; the products cost 2 n M t flops more in float64.
     """
-    if run.dtype == _F64:
-        return lambda a: nystrom_normal_matvec(run.source, run.kernel, run.C, a, dtype=_F64,
-                                               options=run.options, block_size=run.block_size,
-                                               cache=run.cache)
-    C = run.C.to(run.dtype)
-    rows = max(1, _F64_CHUNK // max(run.M, 1))
+    cache = run.cache if run.dtype == _F64 else _Float64Products(run)
+    return lambda a: nystrom_normal_matvec(run.source, run.kernel, run.C, a, dtype=run.dtype,
+                                           options=run.options, block_size=run.block_size,
+                                           cache=cache)
 
-    def product(a):  # (M, t) float64 -> (M, t)
-        out = torch.zeros(run.M, a.shape[1], dtype=_F64, device=a.device)
-        for op, blk in _kernel_blocks(run.source, run.kernel, C, run.dtype, run.options,
-                                      run.block_size, run.cache):
-            for r0 in range(0, op.shape[0], rows):
-                # a stored block is sliced (one copy, the up-cast), a streamed one computed
-                K = (op.K[r0:r0 + rows] if isinstance(op, DenseOperator)
-                     else op.rows(slice(r0, r0 + rows))).to(_F64)
-                U = K @ a
-                if blk.sample_weight is not None:
-                    U *= blk.sample_weight[r0:r0 + rows].to(_F64).reshape(-1, 1)
-                out.addmm_(K.T, U)
-        return all_reduce_sum(out)
 
-    return product
+class _Float64Products:
+    """The row blocks of a run (stored or recomputed, as its cache gives them), each as a
+    :class:`_Float64Block`; iterable as often as needed (once per pass)."""
+
+    def __init__(self, run: _NystromRun):
+        self.run, self.C = run, run.C.to(run.dtype)
+        self.rows = max(1, _F64_CHUNK // max(run.M, 1))
+
+    def __iter__(self):
+        r = self.run
+        for op, blk in _kernel_blocks(r.source, r.kernel, self.C, r.dtype, r.options,
+                                      r.block_size, r.cache):
+            yield _Float64Block(op, self.rows), blk
+
+
+class _Float64Block:
+    """K_b^T D K_b V in float64 from the float32 values of a block ``op`` of K_nM, ``rows``
+    rows up-cast at a time: a stored block is sliced, a streamed one computed."""
+
+    def __init__(self, op, rows: int):
+        self.op, self.rows = op, rows
+
+    def kt_k_matmul(self, V: torch.Tensor, row_weights: torch.Tensor | None = None
+                    ) -> torch.Tensor:  # (M, t) float64 -> (M, t)
+        op, rows = self.op, self.rows
+        out = torch.zeros(op.shape[1], V.shape[1], dtype=_F64, device=V.device)
+        for r0 in range(0, op.shape[0], rows):
+            K = (op.K[r0:r0 + rows] if isinstance(op, DenseOperator)
+                 else op.rows(slice(r0, r0 + rows))).to(_F64)
+            U = K @ V
+            if row_weights is not None:
+                U *= row_weights[r0:r0 + rows].to(_F64).reshape(-1, 1)
+            out.addmm_(K.T, U)
+        return out
 
 
 class _EigenCGMonitor(_ValidationScore):
