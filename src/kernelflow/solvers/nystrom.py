@@ -874,7 +874,7 @@ def nystrom_krr(
         return _solve_direct(run, [("cg", res.n_iter)], None, _F64, None)
     if res.breakdown:
         warn_breakdown("CG", res, res.residual_norms[-1],
-                       "use float64 rows (dtype), a larger alpha or solver='direct'")
+                       "use float64 rows (dtype='float64'), a larger alpha or solver='direct'")
     return _cg_solution(run, res, system.to_coef(res.x.reshape(run.M, run.t)),
                         watch.state["best_coef"], watch.monitor, reason,
                         stopped_early=watch.state["early"], solver="cg", log=logger)
@@ -1276,9 +1276,9 @@ def warn_breakdown(name: str, res: SolveResult, kept: float, remedy: str) -> Non
     """The one warning of a Nyström CG run that broke down (``res.breakdown``, or a residual
     grown tenfold): ``kept`` is the relative residual of the coefficients returned."""
     warn_caller(f"Nystrom {name} broke down after {res.n_iter} passes: rounding in the "
-                f"products left a direction without positive curvature (relative residual "
-                f"{res.residual_norms[-1]:.3g}); the coefficients returned have relative "
-                f"residual {kept:.3g} and converged_ is False. To fix it, {remedy}.",
+                f"products made the system indefinite (relative residual "
+                f"{res.residual_norms[-1]:.3g}); the coefficients returned, not converged, have "
+                f"relative residual {kept:.3g}. To fix it, {remedy}.",
                 SolverConvergenceWarning)
 
 

@@ -20,10 +20,12 @@ Tropp, Udell 2023):
        P = V diag(h) V^T + c (I - V V^T),   P^{-1} r = V (V^T r / h) + (r - V V^T r) / c.  (2)
 
 (1) is solved by conjugate gradients preconditioned with (2). Each iteration is one streamed
-pass K_nM^T D K_nM v over the rows (the kernel engine's tiles in the input's precision, float64
-sums; K_nM is kept in memory only when it takes at most half of the budget, as in
-:func:`~kernelflow.solvers.nystrom.nystrom_krr`) plus one tiled product K_MM v (O(M^2 d) flops,
-no stored K_MM). Cost per iteration O(n M (d + 2t) + M^2 d + M k t). Data-parallel on p
+pass K_nM^T D K_nM v over the rows (kernel values in the input's precision, products and sums
+in float64; K_nM is kept in memory only when it takes at most half of the budget, as in
+:func:`~kernelflow.solvers.nystrom.nystrom_krr`) plus one tiled product K_MM v (float64 tiles,
+O(M^2 d) flops, no stored K_MM). With float32 values, K_MM gets a jitter at their precision in
+(1) (:func:`_values_jitter`): rounding there had made CG drift or break down. Cost per
+iteration O(n M (d + 2t) + M^2 d + M k t). Data-parallel on p
 processes, each passes over its own rows and computes the rows of K_MM v for its block of M / p
 centres (one all-reduce of M t values assembles each product): O((n M (d + 2t) + M^2 d) / p +
 M k t) per process; only the preconditioner (O(M s) memory, O(M s d + M s^2 + s^3) setup) is
@@ -234,7 +236,9 @@ def nystrom_eigen_cg(
     Setup O(M s d + M s^2 + s^3) flops and O(M s) memory; each iteration
     O(n M (d + 2t) + M^2 d), split over the processes of a data-parallel run. Memory: 3 M s
     floats, a few M x t vectors, one row block (or the stored K_nM when it fits in half of the
-    budget); no M x M matrix.
+    budget); no M x M matrix. Float32 rows: kernel values in float32, products in float64
+    (the K_nM products cost 1.2x (stored) to 1.6x (streamed) per pass of float32 ones), and
+    K_MM + j I in (1) with j = ``VALUES_JITTER`` eps32 ||K_MM|| (:func:`_values_jitter`).
 
     Examples
     --------
@@ -286,7 +290,7 @@ def nystrom_eigen_cg(
         # rounding broke CG: it met a direction without positive curvature, or its residual
         # grew tenfold past the start; return the iterate of least residual
         warn_breakdown("eigen-CG", res, watch.state["least"][0],
-                       "use float64 rows (dtype), a larger alpha or a smaller rank")
+                       "use float64 rows (dtype='float64'), a larger alpha or a smaller rank")
         coef = watch.state["least"][1].reshape(M, t)
         reason = "breakdown"
     return _cg_solution(run, res, coef, watch.state["best_coef"], watch.monitor,
@@ -336,14 +340,17 @@ def _kmm_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
 
 def _values_jitter(dtype: torch.dtype, P: EigenPreconditioner) -> float:
     """Jitter j added to K_MM in the penalty of (1) when the kernel values are ``dtype``
-    (float32): eps(dtype) times K_MM's largest eigenvalue, the precision of those values; 0.0
-    for float64.
+    (float32): ``VALUES_JITTER`` eps(dtype) times K_MM's largest eigenvalue, about the
+    precision of those values; 0.0 for float64.
 
     Float32 values of K_nM carry errors of about eps32 per entry that K_MM's directions of
     eigenvalue below eps32 ||K_MM|| do not have: the penalty lam a^T K_MM a does not restrain
     them, and the exact solution of (1) with float32 values fitted the noise through them
-    (5-d data, n = 1000, M = s = 300, lam = 1e-6: test RMSE 0.84 against 0.45 with float64
-    values; with j: 0.53). Solving with K_MM + j I changes (1) only in those directions.
+    (5-d data, n = 1000, M = s = 300, lam = 1e-6: test RMSE 0.84 against 0.446 with float64
+    values). Solving with K_MM + j I changes (1) only in those directions; j biases the rest
+    (``VALUES_JITTER`` 0.01 / 0.03 / 0.1 / 1 gave test RMSE 0.475 / 0.453 / 0.461 / 0.526 there,
+    and 0.2550 / 0.2556 / 0.2572 / 0.2662 on the 9-d data of the many-centres benchmark,
+    n = 1e4, M = s = 4000, direct 0.2545, with 150 / 61 / 58 / 53 passes).
     """
     if dtype == _F64:
         return 0.0
