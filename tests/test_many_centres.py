@@ -418,3 +418,16 @@ def test_float32_penalty_product_has_no_negative_curvature():
     assert float(torch.linalg.eigvalsh((K + K.T) / 2)[0]) > 0
     K32 = KernelOperator(run.kernel, run.C.float()).to_dense().double()
     assert float(torch.linalg.eigvalsh((K32 + K32.T) / 2)[0]) < 0  # what float32 values give
+
+
+def test_preconditioner_vectors_are_orthonormal_when_eigenvalues_span_many_orders():
+    # the Nystrom eigenvalues of K_MM span 188 to 5.6e-9 here: V = B Z sig^-1/2 alone was
+    # orthonormal only to 2e-9, and P^{-1} (which assumes V^T V = I) was not the inverse of P
+    _, _, _, kernel, C = _smooth_5d(1000, 300)
+    P = eigen_preconditioner(kernel, C, 1e-6, 300)
+    k = P.V.shape[1]
+    assert float(P.sigma[0] / P.sigma[-1]) > 1e9
+    assert float((P.V.T @ P.V - torch.eye(k, dtype=F64)).abs().max()) < 1e-12
+    assert bool((P.sigma[:-1] >= P.sigma[1:]).all())
+    K = kernel(C)
+    assert float((P.V @ torch.diag(P.sigma) @ P.V.T - K).abs().max()) < 1e-8 * float(K.max())
