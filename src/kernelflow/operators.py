@@ -73,6 +73,14 @@ class Options:
         Number of kernel entries per tile; overrides ``tile_bytes`` when given.
     accumulate_float64 : bool, default=False
         Compute tiles in the input dtype but accumulate products in float64.
+    products_float64 : bool, default=False
+        Kernel values in the input dtype (float32), products and sums in float64: each tile
+        (or chunk of stored rows) is up-cast before it is multiplied. Float32 products of
+        float32 values err by about eps32 |K| |V|, an error that is not a fixed matrix (it
+        changes with V): iterative solvers whose preconditioned system reaches below eps32
+        times its largest eigenvalue lose positive curvature on it and drift. Costs the
+        products in float64 (the kernel values, the costly part of a streamed product, stay
+        float32); no effect on float64 operators.
     device : str or torch.device, optional
         Device of the computation; ``None`` keeps the inputs' device.
     cholesky_max_size : int, default=30000
@@ -94,6 +102,7 @@ class Options:
     tile_bytes: int = 2**21
     tile_elements: int | None = None
     accumulate_float64: bool = False
+    products_float64: bool = False
     device: str | torch.device | None = None
     cholesky_max_size: int = 30000
     cg_tol: float | None = None
@@ -429,7 +438,7 @@ class LinearOperator:
         return memory_budget(self.options, self.device)
 
     def _acc_dtype(self, V: torch.Tensor) -> torch.dtype:
-        if self.options.accumulate_float64:
+        if self.options.accumulate_float64 or self.options.products_float64:
             return torch.float64
         return torch.promote_types(self.dtype, V.dtype)
 
@@ -732,7 +741,8 @@ class KernelOperator(LinearOperator):
         Vc = V.to(self.dtype)
         out = torch.zeros(n2, V.shape[1], dtype=acc, device=self.device)
         bn, _ = self._tiles(V.shape[1], full_rows=True)
-        if self.dtype == torch.float32 and acc == torch.float64:
+        if (self.dtype == torch.float32 and acc == torch.float64
+                and not self.options.products_float64):
             # both products on the float32 tile (no up-cast of the tile); each tile's sum over
             # its rows (a few thousand) is added to the float64 output
             for i0 in range(0, n1, bn):
@@ -821,6 +831,7 @@ class DenseOperator(LinearOperator):
     """
 
     _CHUNK = 1024
+    _F64_VALUES = 2**18  # values up-cast at a time with ``products_float64``
 
     def __init__(self, K: torch.Tensor, *, options: Options | None = None,
                  symmetric: bool = False, cache_columns: bool = False):
@@ -848,13 +859,50 @@ class DenseOperator(LinearOperator):
     def symmetric(self) -> bool:
         return self._symmetric
 
+    def _f64_products(self) -> bool:
+        return self.options.products_float64 and self.dtype != torch.float64
+
+    def _f64_chunks(self):
+        """(start, rows up-cast to float64) over K, 2**18 values at a time."""
+        rows = max(1, self._F64_VALUES // max(self.shape[1], 1))
+        for r0 in range(0, self.shape[0], rows):
+            yield r0, self.K[r0:r0 + rows].to(torch.float64)
+
     def _matmul(self, V):
+        if self._f64_products():
+            Vc = V.to(torch.float64)
+            out = torch.empty(self.shape[0], V.shape[1], dtype=torch.float64, device=self.device)
+            for r0, K in self._f64_chunks():
+                torch.mm(K, Vc, out=out[r0:r0 + K.shape[0]])
+            return out
         if self.options.accumulate_float64:
             return (self.K @ V.to(self.dtype)).to(torch.float64)
         acc = self._acc_dtype(V)
         return self.K.to(acc) @ V.to(acc)
 
+    def _kt_k_matmul(self, V, W, row_weights):
+        if not self._f64_products():
+            return super()._kt_k_matmul(V, W, row_weights)
+        # one read of each chunk of rows for both products
+        Vc = V.to(torch.float64)
+        out = torch.zeros(self.shape[1], V.shape[1], dtype=torch.float64, device=self.device)
+        for r0, K in self._f64_chunks():
+            U = K @ Vc
+            r1 = r0 + K.shape[0]
+            if W is not None:
+                U += W[r0:r1].to(torch.float64)
+            if row_weights is not None:
+                U *= row_weights[r0:r1].to(torch.float64).reshape(-1, 1)
+            out.addmm_(K.T, U)
+        return out
+
     def _t_matmul(self, V):
+        if self._f64_products():
+            Vc = V.to(torch.float64)
+            out = torch.zeros(self.shape[1], V.shape[1], dtype=torch.float64, device=self.device)
+            for r0, K in self._f64_chunks():
+                out.addmm_(K.T, Vc[r0:r0 + K.shape[0]])
+            return out
         if self.options.accumulate_float64:
             out = torch.zeros(self.shape[1], V.shape[1], dtype=torch.float64, device=self.device)
             Vc = V.to(self.dtype)

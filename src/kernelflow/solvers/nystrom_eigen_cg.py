@@ -54,7 +54,7 @@ from ..collectives import all_reduce_sum, is_distributed, world_size
 from ..collectives import rank as process_rank
 from ..kernels import Kernel
 from ..linalg import cholesky, conjugate_gradient
-from ..operators import DenseOperator, KernelOperator, Options, memory_budget
+from ..operators import KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._progress import progress
 from ..utils.checkpoint import Checkpoint
@@ -64,7 +64,6 @@ from .nystrom import (
     NystromSolution,
     _cg_checkpoint,
     _cg_solution,
-    _kernel_blocks,
     _nystrom_run,
     _NystromRun,
     _require_targets,
@@ -72,8 +71,10 @@ from .nystrom import (
     _restore_cg,
     _ValidationScore,
     cg_energy_change,
+    normal_product_blocks,
     nystrom_normal_matvec,
     nystrom_rhs,
+    values_jitter,
     warn_breakdown,
 )
 
@@ -82,9 +83,6 @@ __all__ = ["EigenPreconditioner", "eigen_preconditioner", "default_rank", "nystr
 logger = logging.getLogger(__name__)
 
 _F64 = torch.float64
-#: Jitter added to K_MM with float32 kernel values, in units of eps(dtype) ||K_MM||
-#: (:func:`_values_jitter`)
-VALUES_JITTER = 0.03
 #: Largest default rank s of the preconditioner: setup M s^2 + s^3 flops, 3 M s floats
 DEFAULT_MAX_RANK = 1000
 
@@ -259,7 +257,7 @@ def nystrom_eigen_cg(
     floats, a few M x t vectors, one row block (or the stored K_nM when it fits in half of the
     budget); no M x M matrix. Float32 rows: kernel values in float32, products in float64
     (the K_nM products cost 1.2x (stored) to 1.6x (streamed) per pass of float32 ones), and
-    K_MM + j I in (1) with j = ``VALUES_JITTER`` eps32 ||K_MM|| (:func:`_values_jitter`).
+    K_MM + j I in (1) with j = 0.03 eps32 ||K_MM|| (:func:`_values_jitter`).
 
     Examples
     --------
@@ -360,22 +358,10 @@ def _kmm_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
 
 
 def _values_jitter(dtype: torch.dtype, P: EigenPreconditioner) -> float:
-    """Jitter j added to K_MM in the penalty of (1) when the kernel values are ``dtype``
-    (float32): ``VALUES_JITTER`` eps(dtype) times K_MM's largest eigenvalue, about the
-    precision of those values; 0.0 for float64.
-
-    Float32 values of K_nM carry errors of about eps32 per entry that K_MM's directions of
-    eigenvalue below eps32 ||K_MM|| do not have: the penalty lam a^T K_MM a does not restrain
-    them, and the exact solution of (1) with float32 values fitted the noise through them
-    (5-d data, n = 1000, M = s = 300, lam = 1e-6: test RMSE 0.84 against 0.446 with float64
-    values). Solving with K_MM + j I changes (1) only in those directions; j biases the rest
-    (``VALUES_JITTER`` 0.01 / 0.03 / 0.1 / 1 gave test RMSE 0.475 / 0.453 / 0.461 / 0.526 there,
-    and 0.2550 / 0.2556 / 0.2572 / 0.2662 on the 9-d data of the many-centres benchmark,
-    n = 1e4, M = s = 4000, direct 0.2545, with 150 / 61 / 58 / 53 passes).
-    """
-    if dtype == _F64:
-        return 0.0
-    return VALUES_JITTER * float(torch.finfo(dtype).eps) * float(P.sigma[0])
+    """:func:`~kernelflow.solvers.nystrom.values_jitter` from the largest Nyström eigenvalue
+    of K_MM: ``VALUES_JITTER`` eps(dtype) sigma_0 for float32 kernel values, 0.0 for
+    float64."""
+    return values_jitter(dtype, float(P.sigma[0]))
 
 
 def _eigen_cg_system(run: _NystromRun, jitter: float = 0.0
@@ -384,7 +370,13 @@ def _eigen_cg_system(run: _NystromRun, jitter: float = 0.0
     streamed pass and one tiled K_MM product (float64 sums), no stored M x M matrix;
     ``jitter`` j adds lam j a (:func:`_values_jitter`)."""
     K_MM = _kmm_product(run)
-    gram = _gram_product(run)
+    blocks = normal_product_blocks(run)  # float64 products of float32 values
+
+    def gram(a):  # (M, t) float64 -> K_nM^T D K_nM a: one call per pass
+        return nystrom_normal_matvec(run.source, run.kernel, run.C, a, dtype=run.dtype,
+                                     options=run.options, block_size=run.block_size,
+                                     cache=blocks)
+
     b = nystrom_rhs(run.source, run.kernel, run.C, y_offset=run.y_offset, dtype=run.dtype,
                     options=run.options, block_size=run.block_size, cache=run.cache) / run.W
     lam = run.lam
@@ -394,66 +386,6 @@ def _eigen_cg_system(run: _NystromRun, jitter: float = 0.0
         return out + (lam * jitter) * a if jitter else out
 
     return b, matvec
-
-
-#: Kernel values of a float32 row block upcast at a time by :func:`_gram_product`
-_F64_CHUNK = 2**18
-
-
-def _gram_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
-    """a -> K_nM^T D K_nM a (float64), one pass over the rows (or the stored K_nM).
-
-    :func:`~kernelflow.solvers.nystrom.nystrom_normal_matvec` on the run's blocks; with
-    float32 tiles the blocks are :class:`_Float64Block`: the same float32 kernel values,
-    multiplied in float64 a chunk of rows at a time. The
-    float32 products (a rounded to float32, sums over M in float32) err by about
-    eps32 |K_nM| |a|, which is not a fixed matrix and has no sign: where the preconditioner's
-    values fall below eps32 times its largest, CG's directions are dominated by components
-    whose curvature is below that error, and the iterate drifted (n = 1e4, M = s = 4000,
-    lam = 1e-6: test RMSE 0.36 at pass 19, 1.04 at pass 150, against 0.2545 for the direct
-    solution, which float64 products reach). The kernel values (the costly part of a
-    streamed pass) stay float32; the products cost 2 n M t flops more in float64.
-    """
-    cache = run.cache if run.dtype == _F64 else _Float64Products(run)
-    return lambda a: nystrom_normal_matvec(run.source, run.kernel, run.C, a, dtype=run.dtype,
-                                           options=run.options, block_size=run.block_size,
-                                           cache=cache)
-
-
-class _Float64Products:
-    """The row blocks of a run (stored or recomputed, as its cache gives them), each as a
-    :class:`_Float64Block`; iterable as often as needed (once per pass)."""
-
-    def __init__(self, run: _NystromRun):
-        self.run, self.C = run, run.C.to(run.dtype)
-        self.rows = max(1, _F64_CHUNK // max(run.M, 1))
-
-    def __iter__(self):
-        r = self.run
-        for op, blk in _kernel_blocks(r.source, r.kernel, self.C, r.dtype, r.options,
-                                      r.block_size, r.cache):
-            yield _Float64Block(op, self.rows), blk
-
-
-class _Float64Block:
-    """K_b^T D K_b V in float64 from the float32 values of a block ``op`` of K_nM, ``rows``
-    rows up-cast at a time: a stored block is sliced, a streamed one computed."""
-
-    def __init__(self, op, rows: int):
-        self.op, self.rows = op, rows
-
-    def kt_k_matmul(self, V: torch.Tensor, row_weights: torch.Tensor | None = None
-                    ) -> torch.Tensor:  # (M, t) float64 -> (M, t)
-        op, rows = self.op, self.rows
-        out = torch.zeros(op.shape[1], V.shape[1], dtype=_F64, device=V.device)
-        for r0 in range(0, op.shape[0], rows):
-            K = (op.K[r0:r0 + rows] if isinstance(op, DenseOperator)
-                 else op.rows(slice(r0, r0 + rows))).to(_F64)
-            U = K @ V
-            if row_weights is not None:
-                U *= row_weights[r0:r0 + rows].to(_F64).reshape(-1, 1)
-            out.addmm_(K.T, U)
-        return out
 
 
 class _EigenCGMonitor(_ValidationScore):
