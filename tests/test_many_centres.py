@@ -431,3 +431,60 @@ def test_preconditioner_vectors_are_orthonormal_when_eigenvalues_span_many_order
     assert bool((P.sigma[:-1] >= P.sigma[1:]).all())
     K = kernel(C)
     assert float((P.V @ torch.diag(P.sigma) @ P.V.T - K).abs().max()) < 1e-8 * float(K.max())
+
+
+def test_float32_pcg_reaches_the_float64_solution():
+    # Falkon-class PCG on the same float32 rows: with float32 products its iterate drifted
+    # from test RMSE 0.43 (pass 9) to 0.94 (pass 150) without a warning; with float64
+    # products of the float32 values and the values' jitter on K_MM it converges near the
+    # float64 direct solution
+    import warnings
+
+    X, y, f, kernel, C = _smooth_5d(1000, 300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sol = nystrom_krr(ArraySource(X.float(), y.float()), kernel, C, 1000 * 1e-6,
+                          solver="cg", dtype=torch.float32, tol=1e-9, max_iter=150)
+    ref = nystrom_direct(ArraySource(X, y), kernel, C, 1000 * 1e-6)
+    g = torch.Generator().manual_seed(5)
+    Xt = torch.randn(2000, 5, dtype=F64, generator=g)
+    ft = torch.sin(2 * Xt[:, 0]) + 0.5 * torch.tanh(2 * Xt[:, 1])
+    Kt = kernel(Xt, C)
+    rmse = float(((Kt @ sol.coef).ravel() - ft).pow(2).mean().sqrt())
+    rmse_ref = float(((Kt @ ref).ravel() - ft).pow(2).mean().sqrt())
+    assert sol.converged and sol.residual < 1e-8
+    assert rmse < 1.15 * rmse_ref
+
+
+@pytest.mark.parametrize("store", [None, False])
+def test_float32_pcg_system_is_a_fixed_symmetric_matrix_with_the_values_jitter(store):
+    from kernelflow.solvers.nystrom import (
+        _cg_system,
+        normal_product,
+        nystrom_preconditioner,
+        values_jitter,
+    )
+
+    run = _float32_run(store)
+    g = torch.Generator().manual_seed(1)
+    U = torch.randn(200, 3, dtype=F64, generator=g)
+    V = torch.randn(200, 3, dtype=F64, generator=g) * torch.logspace(0, 6, 200, dtype=F64
+                                                                     ).reshape(-1, 1)
+    # PCG's product K_nM^T D K_nM of the float32 values: linear and symmetric to float64
+    # rounding (float32 products differed from a fixed matrix by 1e-7 relative)
+    gram = normal_product(run)
+    torch.testing.assert_close(gram(U + V), gram(U) + gram(V), rtol=1e-12, atol=0)
+    uav, vau = U.T @ gram(V), (V.T @ gram(U)).T
+    assert float((uav - vau).abs().max() / uav.abs().max()) < 1e-12
+    # the system is B^T (1) B with K_MM + j I in (1), j the float32 values' jitter
+    P = nystrom_preconditioner(run.kernel, run.C, run.lam, dtype=run.dtype,
+                               values_dtype=run.dtype)
+    K = run.kernel(run.C)
+    top = float(torch.linalg.eigvalsh(K)[-1])
+    assert P.values_jitter == pytest.approx(values_jitter(torch.float32, top), rel=1e-6)
+    assert P.values_jitter > 0 and P.jitter > P.values_jitter
+    assert nystrom_preconditioner(run.kernel, run.C, run.lam).values_jitter == 0.0
+    a = P.apply(U)
+    H_a = gram(a) / run.W + run.lam * ((K + P.values_jitter * torch.eye(200, dtype=F64)) @ a)
+    system = _cg_system(run, P, None)
+    assert _rel(system.matvec(U), P.apply_t(H_a)) < 1e-9

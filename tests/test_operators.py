@@ -458,3 +458,56 @@ def test_gram_subsets_are_the_wrapped_operators_own(cache):
     assert type(sub) is type(gram.op.subset([2, 5], [7]))
     assert gram.T is gram and gram.stored == cache
     torch.testing.assert_close(sub.to_dense(), Gaussian(1.0)(X, X)[[2, 5]][:, [7]])
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_float64_products_of_float32_values_are_one_fixed_matrix(stored):
+    # with products_float64 the float32 kernel values are multiplied in float64: the product
+    # is linear to float64 rounding and equals the up-cast values' product; float32 products
+    # are not linear to better than float32 rounding
+    from kernelflow.operators import DenseOperator
+
+    g = torch.Generator().manual_seed(3)
+    X1 = torch.randn(700, 4, generator=g)
+    X2 = torch.randn(300, 4, generator=g)
+    f64 = Options(products_float64=True, tile_elements=5000)
+    K32 = Gaussian(2.0)(X1, X2)
+    op = (DenseOperator(K32, options=f64) if stored
+          else KernelOperator(Gaussian(2.0), X1, X2, options=f64))
+    K = K32.double() if stored else op.to_dense().double()
+    U = torch.randn(300, 2, dtype=torch.float64, generator=g)
+    V = torch.randn(300, 2, dtype=torch.float64, generator=g) * 1e6
+    w = torch.rand(700, dtype=torch.float64, generator=g)
+    cases = [("kt_k", lambda a: op.kt_k_matmul(a, row_weights=w),
+              lambda a: K.T @ (w[:, None] * (K @ a))),
+             ("matmul", op.matmul, lambda a: K @ a)]
+    for name, prod, ref in cases:
+        out = prod(U + V)
+        assert out.dtype == torch.float64, name
+        torch.testing.assert_close(out, prod(U) + prod(V), rtol=1e-12, atol=0)
+        torch.testing.assert_close(out, ref(U + V), rtol=1e-12, atol=0)
+    A = torch.randn(700, 2, dtype=torch.float64, generator=g)
+    torch.testing.assert_close(op.t_matmul(A), K.T @ A, rtol=1e-12, atol=0)
+    # float32 products of the same values (tiles in float32, float64 sums) are not linear
+    plain = Options(accumulate_float64=True, tile_elements=5000)
+    op32 = (DenseOperator(K32, options=plain) if stored
+            else KernelOperator(Gaussian(2.0), X1, X2, options=plain))
+    err = (op32.kt_k_matmul(U + V) - op32.kt_k_matmul(U) - op32.kt_k_matmul(V)).abs().max()
+    assert float(err / op32.kt_k_matmul(U + V).abs().max()) > 1e-10
+
+
+def test_float64_products_flag_leaves_float64_operators_unchanged():
+    from kernelflow.operators import DenseOperator
+
+    X1, X2 = _make(Gaussian(1.1), torch.float64, n1=300, n2=200)
+    V = torch.randn(200, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    for opts in [Options(), Options(accumulate_float64=True)]:
+        on = opts.replace(products_float64=True)
+        a, b = KernelOperator(Gaussian(1.1), X1, X2, options=opts), KernelOperator(
+            Gaussian(1.1), X1, X2, options=on)
+        assert torch.equal(a.kt_k_matmul(V), b.kt_k_matmul(V))
+        assert torch.equal(a.matmul(V), b.matmul(V))
+        K = a.to_dense()
+        da, db = DenseOperator(K, options=opts), DenseOperator(K, options=on)
+        assert torch.equal(da.kt_k_matmul(V), db.kt_k_matmul(V))
+        assert torch.equal(da.t_matmul(K @ V), db.t_matmul(K @ V))
