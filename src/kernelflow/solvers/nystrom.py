@@ -18,9 +18,12 @@ so that B B^T = (K_MM^2 / M + lam K_MM)^{-1}: exact when K_nM^T D K_nM / W equal
 iterations. Here T = L^T and A = R^T with L, R the lower Cholesky factors of the two matrices.
 
 Precision: kernel blocks may be float32 (``dtype``) while K_MM, both factors, the CG vectors and
-all sums over rows are float64, which removes the accuracy stall that float32 sums cause. The
-float32 kernel values themselves still limit accuracy when K_MM is ill-conditioned (nearly
-collinear features, tiny alpha): use float64 there.
+all sums over rows are float64, which removes the accuracy stall that float32 sums cause. CG's
+products of float32 kernel values run in float64 (:func:`normal_product`), and K_MM gets the
+values' jitter in (1) and in B (:func:`values_jitter`): with float32 products and no jitter the
+iterate drifted away from the solution without a warning. The float32 kernel values themselves
+still limit accuracy when K_MM is ill-conditioned (nearly collinear features, tiny alpha): use
+float64 there.
 
 Streaming: the training rows are read only through a :class:`kernelflow.sources.DataSource`, one
 row block at a time; each block's K(X_b, C) is a :class:`kernelflow.operators.KernelOperator`
