@@ -120,3 +120,26 @@ def test_eigen_cg_breakdown_is_reported_once_and_keeps_the_least_residual(monkey
     assert "smaller rank" in str(record[0].message)
     assert m.converged_ is False and m.n_iter_ == 0
     assert not np.asarray(m.dual_coef_).any()  # the start, the only iterate
+
+
+def test_auto_float32_falls_back_to_the_direct_solve_on_pcg_breakdown(monkeypatch):
+    import warnings
+
+    real = nys.nystrom_normal_matvec
+
+    def negated(*args, **kwargs):  # an indefinite system: PCG breaks down at once
+        return -real(*args, **kwargs)
+
+    monkeypatch.setattr(nys, "nystrom_normal_matvec", negated)
+    monkeypatch.setattr(nys, "choose_solver", lambda *a, **k: "cg")
+    X, y = _data()
+    kw = dict(n_components=100, alpha=1e-3, sigma=1.5, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = NystromKernelRidge(solver="auto", **kw).fit(X.astype(np.float32),
+                                                        y.astype(np.float32))
+    assert m.solver_ == "direct" and m.converged_
+    assert m.solver_history_ == [("cg", 0), ("direct", 1)]
+    monkeypatch.undo()
+    ref = NystromKernelRidge(solver="direct", **kw).fit(X, y)
+    np.testing.assert_allclose(m.predict(X), ref.predict(X), rtol=0, atol=1e-4)
