@@ -756,9 +756,13 @@ class KernelOperator(LinearOperator):
                 out += torch.mm(T.T, U).to(acc)
             return out
         Vc = V.to(acc)
+        # products_float64: each float32 tile up-cast into one reused buffer
+        buf = (torch.empty(min(bn, n1), n2, dtype=acc, device=self.device)
+               if self.dtype != acc and self.options.products_float64 else None)
         for i0 in range(0, n1, bn):
             i1 = min(i0 + bn, n1)
-            T = self._tile(i0, i1, 0, n2).to(acc)
+            T = self._tile(i0, i1, 0, n2)
+            T = T.to(acc) if buf is None else buf[:i1 - i0].copy_(T)
             U = torch.mm(T, Vc)
             if W is not None:
                 U += W[i0:i1].to(acc)
@@ -863,10 +867,16 @@ class DenseOperator(LinearOperator):
         return self.options.products_float64 and self.dtype != torch.float64
 
     def _f64_chunks(self):
-        """(start, rows up-cast to float64) over K, 2**18 values at a time."""
-        rows = max(1, self._F64_VALUES // max(self.shape[1], 1))
-        for r0 in range(0, self.shape[0], rows):
-            yield r0, self.K[r0:r0 + rows].to(torch.float64)
+        """(start, rows up-cast to float64) over K, 2**18 values at a time, in one reused
+        buffer (a fresh float64 copy per chunk made the product 2-9x slower than the float32
+        one, against 1.2-1.3x)."""
+        n1, n2 = self.shape
+        rows = min(n1, max(1, self._F64_VALUES // max(n2, 1)))
+        buf = torch.empty(rows, n2, dtype=torch.float64, device=self.device)
+        for r0 in range(0, n1, rows):
+            K = buf[:min(rows, n1 - r0)]
+            K.copy_(self.K[r0:r0 + rows])
+            yield r0, K
 
     def _matmul(self, V):
         if self._f64_products():
