@@ -256,7 +256,7 @@ def nystrom_eigen_cg(
     O(n M (d + 2t) + M^2 d), split over the processes of a data-parallel run. Memory: 3 M s
     floats, a few M x t vectors, one row block (or the stored K_nM when it fits in half of the
     budget); no M x M matrix. Float32 rows: kernel values in float32, products in float64
-    (the K_nM products cost about 1.2x (stored) to 1.8x (streamed) per pass of float32 ones), and
+    (the K_nM products cost about 1.2x (stored) to 1.3x (streamed) per pass of float32 ones), and
     K_MM + j I in (1) with j = 0.03 eps32 ||K_MM|| (:func:`_values_jitter`).
 
     Examples
