@@ -85,8 +85,20 @@ def _one_breakdown_warning(record):
     assert not issubclass(record[0].category, ConvergenceWarning)
 
 
-def test_pcg_breakdown_is_reported_once_with_its_remedy(monkeypatch):
+def _fit_recording(solver):
+    """The estimator fitted with ``solver`` on :func:`_data`, and its one breakdown warning."""
     import warnings
+
+    X, y = _data()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        m = NystromKernelRidge(n_components=100, alpha=1e-3, sigma=1.5, solver=solver,
+                               random_state=0).fit(X, y)
+    _one_breakdown_warning(record)
+    return m, record
+
+
+def test_pcg_breakdown_is_reported_once_with_its_remedy(monkeypatch):
 
     real = nys.nystrom_normal_matvec
 
@@ -94,29 +106,18 @@ def test_pcg_breakdown_is_reported_once_with_its_remedy(monkeypatch):
         return -real(*args, **kwargs)
 
     monkeypatch.setattr(nys, "nystrom_normal_matvec", negated)
-    X, y = _data()
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        m = NystromKernelRidge(n_components=100, alpha=1e-3, sigma=1.5, solver="cg",
-                               random_state=0).fit(X, y)
-    _one_breakdown_warning(record)
+    m, record = _fit_recording("cg")
     assert "solver='direct'" in str(record[0].message)
     assert m.converged_ is False and m.n_iter_ == 0
 
 
 def test_eigen_cg_breakdown_is_reported_once_and_keeps_the_least_residual(monkeypatch):
-    import warnings
 
     import kernelflow.solvers.nystrom_eigen_cg as ecg
 
     # a penalty product of the wrong sign, large enough to make the first direction negative
     monkeypatch.setattr(ecg, "_kmm_product", lambda run: (lambda a: -1e9 * a))
-    X, y = _data()
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always")
-        m = NystromKernelRidge(n_components=100, alpha=1e-3, sigma=1.5, solver="eigen_cg",
-                               random_state=0).fit(X, y)
-    _one_breakdown_warning(record)
+    m, record = _fit_recording("eigen_cg")
     assert "smaller rank" in str(record[0].message)
     assert m.converged_ is False and m.n_iter_ == 0
     assert not np.asarray(m.dual_coef_).any()  # the start, the only iterate
