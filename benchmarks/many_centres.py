@@ -217,8 +217,9 @@ def plot(points, path):
         top = 2 * max(reached, default=1.0)
         for (method, pts), mk in zip(sorted(by_method.items()), "osD^vPX*"):
             pts = sorted(pts)
-            line = ax.plot([m for m, t in pts if t is not None],
-                           [t for _, t in pts if t is not None], marker=mk, label=method)
+            # NaN where the target was never reached: the line breaks there
+            line = ax.plot([m for m, _ in pts], [float("nan") if t is None else t for _, t in pts],
+                           marker=mk, label=method)
             missed = [m for m, t in pts if t is None]
             if missed:
                 ax.plot(missed, [top] * len(missed), marker=mk, ls="none", mfc="none",
