@@ -56,7 +56,7 @@ import torch
 
 from ..collectives import all_reduce_sum
 from ..kernels import Kernel
-from ..linalg import SolveResult, cholesky, conjugate_gradient
+from ..linalg import SolveResult, cholesky, conjugate_gradient, power_iteration
 from ..operators import DenseOperator, KernelOperator, Options, memory_budget
 from ..sources import DataSource
 from ..utils._finite import DivergenceError
@@ -259,7 +259,9 @@ def nystrom_preconditioner(kernel: Kernel, centers: torch.Tensor, lam: float, *,
         extra["j"] = (preconditioner_jitter(lam, M, float(d.abs().mean()), dtype)
                       if jitter is None else float(jitter))
         if values_dtype is not None and values_dtype != _F64:
-            extra["v"] = values_jitter(values_dtype, _top_eigenvalue(K))
+            top = power_iteration(lambda v: K @ v, M, dtype=K.dtype, device=K.device,
+                                  n_iter=30, tol=0.0)
+            extra["v"] = values_jitter(values_dtype, top)
             extra["j"] += extra["v"]
         d.add_(extra["j"])
         return K
@@ -307,21 +309,6 @@ def values_jitter(dtype: torch.dtype, top_eigenvalue: float) -> float:
     if dtype == _F64:
         return 0.0
     return VALUES_JITTER * float(torch.finfo(dtype).eps) * float(top_eigenvalue)
-
-
-def _top_eigenvalue(K: torch.Tensor, iters: int = 30) -> float:
-    """Largest eigenvalue of a symmetric positive semi-definite K by power iteration from
-    the constant vector (the Perron vector's direction for a kernel with positive values);
-    O(iters M^2) flops."""
-    v = torch.ones(K.shape[0], 1, dtype=K.dtype, device=K.device)
-    top = 0.0
-    for _ in range(iters):
-        w = K @ v
-        top = float(torch.linalg.vector_norm(w))
-        if top == 0.0:
-            return 0.0
-        v = w / top
-    return float((v * (K @ v)).sum())
 
 
 # ---- streamed passes over the data (the only code that touches the rows) ----------------------

@@ -24,11 +24,11 @@ pass K_nM^T D K_nM v over the rows (kernel values in the input's precision, prod
 in float64; K_nM is kept in memory only when it takes at most half of the budget, as in
 :func:`~kernelflow.solvers.nystrom.nystrom_krr`) plus one tiled product K_MM v (float64 tiles,
 O(M^2 d) flops, no stored K_MM). With float32 values, K_MM gets a jitter at their precision in
-(1) (:func:`_values_jitter`): rounding there had made CG drift or break down. Cost per
-iteration O(n M (d + 2t) + M^2 d + M k t). Data-parallel on p
-processes, each passes over its own rows and computes the rows of K_MM v for its block of M / p
-centres (one all-reduce of M t values assembles each product): O((n M (d + 2t) + M^2 d) / p +
-M k t) per process; only the preconditioner (O(M s) memory, O(M s d + M s^2 + s^3) setup) is
+(1) (:func:`~kernelflow.solvers.nystrom.values_jitter`): rounding there had made CG drift or
+break down. Cost per iteration O(n M (d + 2t) + M^2 d + M k t). Data-parallel on p processes,
+each passes over its own rows and computes the rows of K_MM v for its block of M / p centres
+(one all-reduce of M t values assembles each product): O((n M (d + 2t) + M^2 d) / p + M k t)
+per process; only the preconditioner (O(M s) memory, O(M s d + M s^2 + s^3) setup) is
 repeated on every process.
 
 Why conjugate gradients and not EigenPro's preconditioned SGD: the SGD step size is bounded by
@@ -71,8 +71,7 @@ from .nystrom import (
     _restore_cg,
     _ValidationScore,
     cg_energy_change,
-    normal_product_blocks,
-    nystrom_normal_matvec,
+    normal_product,
     nystrom_rhs,
     values_jitter,
     warn_breakdown,
@@ -257,7 +256,8 @@ def nystrom_eigen_cg(
     floats, a few M x t vectors, one row block (or the stored K_nM when it fits in half of the
     budget); no M x M matrix. Float32 rows: kernel values in float32, products in float64
     (the K_nM products cost about 1.2x (stored) to 1.3x (streamed) per pass of float32 ones), and
-    K_MM + j I in (1) with j = 0.03 eps32 ||K_MM|| (:func:`_values_jitter`).
+    K_MM + j I in (1) with j = 0.03 eps32 ||K_MM||
+    (:func:`~kernelflow.solvers.nystrom.values_jitter`).
 
     Examples
     --------
@@ -291,7 +291,7 @@ def nystrom_eigen_cg(
     P = eigen_preconditioner(kernel, run.C, run.lam, s, options=options, generator=gen)
     logger.debug("eigen-CG preconditioner: rank %d of %d, eigenvalues %.3g .. %.3g",
                  P.V.shape[1], M, float(P.sigma[0]), float(P.sigma[-1]))
-    jitter = _values_jitter(run.dtype, P)
+    jitter = values_jitter(run.dtype, float(P.sigma[0]))  # from the top Nyström eigenvalue
     if jitter:
         P = EigenPreconditioner(V=P.V, h=P.h + run.lam * jitter, c=P.c + run.lam * jitter,
                                 sigma=P.sigma)
@@ -357,25 +357,13 @@ def _kmm_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
     return product
 
 
-def _values_jitter(dtype: torch.dtype, P: EigenPreconditioner) -> float:
-    """:func:`~kernelflow.solvers.nystrom.values_jitter` from the largest Nyström eigenvalue
-    of K_MM: ``VALUES_JITTER`` eps(dtype) sigma_0 for float32 kernel values, 0.0 for
-    float64."""
-    return values_jitter(dtype, float(P.sigma[0]))
-
-
 def _eigen_cg_system(run: _NystromRun, jitter: float = 0.0
                      ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """b = K_nM^T D (y - y_offset) / W (one pass) and the matrix of (1) as a product: one
     streamed pass and one tiled K_MM product (float64 sums), no stored M x M matrix;
-    ``jitter`` j adds lam j a (:func:`_values_jitter`)."""
+    ``jitter`` j adds lam j a (:func:`~kernelflow.solvers.nystrom.values_jitter`)."""
     K_MM = _kmm_product(run)
-    blocks = normal_product_blocks(run)  # float64 products of float32 values
-
-    def gram(a):  # (M, t) float64 -> K_nM^T D K_nM a: one call per pass
-        return nystrom_normal_matvec(run.source, run.kernel, run.C, a, dtype=run.dtype,
-                                     options=run.options, block_size=run.block_size,
-                                     cache=blocks)
+    gram = normal_product(run)  # float64 products of float32 values, one call per pass
 
     b = nystrom_rhs(run.source, run.kernel, run.C, y_offset=run.y_offset, dtype=run.dtype,
                     options=run.options, block_size=run.block_size, cache=run.cache) / run.W
