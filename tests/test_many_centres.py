@@ -241,6 +241,53 @@ def test_variance_beyond_the_budget_refused_before_the_solve(monkeypatch):
         assert not hasattr(est, "dual_coef_")
 
 
+def test_three_way_choice_follows_the_measured_crossover():
+    all3 = ("direct", "cg", "eigen_cg")
+    costs = nystrom_module.solver_costs
+    # measured at n = 2e4 (float32 rows stored): PCG fastest to M = 8000 (1.02x there), then
+    # its M^3 setup dominates; the crossover is the first M where eigen-CG is the cheaper
+    picks = [choose_solver(20_000, M, 9, stored=True, candidates=all3)
+             for M in (1000, 2000, 4000, 8000, 12_000, 50_000)]
+    assert picks == ["cg"] * 4 + ["eigen_cg"] * 2
+
+    def crossover(n, stored):
+        return next(M for M in range(1000, 400_000, 1000)
+                    if choose_solver(n, M, 9, stored=stored, candidates=all3) == "eigen_cg")
+
+    # more rows per process, or streamed passes, make eigen-CG's extra passes dearer
+    assert crossover(20_000, True) < crossover(200_000, True) < crossover(200_000, False)
+    # the setup terms: PCG's grows as M^3, eigen-CG's as M s^2
+    c1, c2 = costs(0, 4000, 9, stored=True), costs(0, 8000, 9, stored=True)
+    assert c2["cg"] == pytest.approx(8 * c1["cg"])
+    assert c2["eigen_cg"] < 2 * c1["eigen_cg"]
+    assert costs(0, 8000, 9, stored=True, rank=2000)["eigen_cg"] > 3.9 * c2["eigen_cg"]
+    # the two-way choice of nystrom_krr never returns eigen-CG
+    assert choose_solver(20_000, 50_000, 9, stored=True) == "cg"
+
+
+def test_auto_runs_eigen_cg_where_it_is_cheaper(monkeypatch):
+    # priced as measured, PCG is the cheaper at M = 600; with eigen-CG's setup free and its
+    # passes priced as PCG's, eigen-CG is, and "auto" runs it to the direct solution
+    import kernelflow.estimators.nystrom_ridge as mod
+
+    X, y = _data(1500)
+    Xn, yn = X.numpy(), y.numpy()
+    params = dict(n_components=600, alpha=1.5, sigma=3.0, random_state=0, tol=1e-10,
+                  max_iter=500)
+    ref = NystromKernelRidge(solver="direct", **params).fit(Xn, yn)
+    assert NystromKernelRidge(solver="auto", **params).fit(Xn, yn).solver_ == "cg"
+    monkeypatch.setattr(nystrom_module, "_EIGEN_PASS_RATIO", 1.0)
+    monkeypatch.setattr(nystrom_module, "_EIGEN_SETUP", (0.0, 0.0))
+    seen = []
+    real = mod.choose_solver
+    monkeypatch.setattr(mod, "choose_solver", lambda *a, **k: seen.append((a, k)) or real(*a, **k))
+    est = NystromKernelRidge(solver="auto", **params).fit(Xn, yn)
+    assert est.solver_ == "eigen_cg" and est.converged_
+    (n, M, d), kw = seen[0]
+    assert (n, M, d) == (1500, 600, 9) and kw["stored"] and kw["rank"] == default_rank(600)
+    assert _rel(torch.as_tensor(est.predict(Xn)), torch.as_tensor(ref.predict(Xn))) < 1e-6
+
+
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # short CG runs
 def test_auto_within_the_budget_keeps_its_choice():
     # one byte more than above: one M x M matrix fits, "cg" runs and "auto" chooses by cost

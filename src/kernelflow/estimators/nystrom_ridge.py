@@ -18,8 +18,14 @@ from ..distributed.protocol import FitPlan, LocalResult, fit_data_parallel
 from ..distributed.sharding import ShardSource
 from ..landmarks import LandmarkSelector
 from ..solvers.hyperparameters import NYSTROM_CRITERIA
-from ..solvers.nystrom import centre_matrices_fit, nystrom_krr, nystrom_predict
-from ..solvers.nystrom_eigen_cg import nystrom_eigen_cg
+from ..solvers.nystrom import (
+    centre_matrices_fit,
+    choose_solver,
+    kernel_fits,
+    nystrom_krr,
+    nystrom_predict,
+)
+from ..solvers.nystrom_eigen_cg import default_rank, nystrom_eigen_cg
 from ..solvers.variance import nystrom_posterior
 from ..sources import DataSource
 from ..typing import ArrayLike, Output
@@ -246,9 +252,12 @@ class NystromKernelRidge(_NystromBase):
         O(M s), no M x M matrix, but more passes than "cg" when alpha / n is small against
         K_MM's spectrum beyond its s-th eigenvalue. "auto" runs "eigen_cg" when the M x M
         matrices do not fit the budget (by that same rule); otherwise it solves directly up to
-        500 centres, picks the cheaper from a cost model beyond (direct up to about 1000
-        centres, CG beyond), always CG with ``early_stopping``, and solves directly when a
-        float32 CG run stalls. ``solver_`` reports the solver that ran.
+        500 centres and beyond picks the cheapest of the three by a cost model
+        (:func:`~kernelflow.solvers.nystrom.solver_costs`, constants measured on CPU: direct
+        up to about 1000 centres, then CG, then "eigen_cg" from about M = 10 000 at 2e4 rows
+        and M = 30 000 at 2e5 rows with K_nM stored); between direct and CG, always CG with
+        ``early_stopping``, and solves directly when a float32 CG run stalls. ``solver_``
+        reports the solver that ran.
     compute_variance : bool or {"dtc", "fitc"}, default=False
         One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
         (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
@@ -433,14 +442,22 @@ class NystromKernelRidge(_NystromBase):
                        state=_RidgePlan(data, intercept, alpha, coef0, self._route(data)))
 
     def _route(self, data: NystromData) -> str:
-        """``solver``, except "auto" where the M x M matrices of "cg" and "direct" exceed the
-        memory budget (the rule with which they refuse) on any process: "eigen_cg" (collective
-        in a data-parallel fit, whose processes may have different budgets)."""
+        """``solver``, except "auto": "eigen_cg" where the M x M matrices of "cg" and "direct"
+        exceed the memory budget (the rule with which they refuse) or where it is the cheapest
+        of the three by :func:`~kernelflow.solvers.nystrom.choose_solver` on any process
+        (collective in a data-parallel fit, whose processes may have different rows and
+        budgets), else "auto" (the direct solve or PCG, chosen by the solver)."""
         if self.solver != "auto":
             return self.solver
-        short = not centre_matrices_fit(int(data.centers.shape[0]), data.options)
-        short_anywhere = all_reduce_sum(torch.tensor([float(short)], dtype=torch.float64))
-        return "eigen_cg" if float(short_anywhere[0]) > 0 else "auto"
+        M, src = int(data.centers.shape[0]), data.train
+        short = not centre_matrices_fit(M, data.options)
+        cheaper = choose_solver(
+            getattr(src, "n_local", src.n_samples), M, src.n_features, dtype=data.dtype,
+            stored=kernel_fits(src, M, data.dtype, data.options),
+            rank=default_rank(M, data.options), candidates=("direct", "cg", "eigen_cg"))
+        votes = all_reduce_sum(torch.tensor([float(short or cheaper == "eigen_cg")],
+                                            dtype=torch.float64))
+        return "eigen_cg" if float(votes[0]) > 0 else "auto"
 
     def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
         """Conjugate gradients (or the direct solve) on this process's rows; every sum over

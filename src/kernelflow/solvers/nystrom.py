@@ -88,6 +88,8 @@ __all__ = [
     "nystrom_direct",
     "nystrom_gram",
     "choose_solver",
+    "kernel_fits",
+    "solver_costs",
     "centre_matrices_fit",
     "nystrom_krr",
     "block_rows",
@@ -370,6 +372,16 @@ class _PartialCache:
                 yield KernelOperator(self.kernel, b.X, self.C, options=self.options), b
 
 
+def kernel_fits(source: DataSource, n_centers: int, dtype: torch.dtype = _F64,
+                options: Options | None = None, fraction: float = 0.5) -> bool:
+    """Whether this process's rows of K(X, C) fit in ``fraction`` of the memory budget (the
+    rule by which :func:`nystrom_kernel_cache` stores all of them; the solvers' passes are then
+    memory-bound products instead of kernel evaluations)."""
+    item = torch.empty((), dtype=dtype).element_size()
+    n_rows = getattr(source, "n_local", source.n_samples)
+    return n_rows * int(n_centers) * item <= fraction * memory_budget(options)
+
+
 def nystrom_kernel_cache(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
                          dtype: torch.dtype = _F64, options: Options | None = None,
                          block_size: int | None = None, fraction: float = 0.5,
@@ -390,7 +402,8 @@ def nystrom_kernel_cache(source: DataSource, kernel: Kernel, centers: torch.Tens
     n_rows = getattr(source, "n_local", source.n_samples)
     rows = block_rows(source.n_features, M, dtype, options, block_size)
     room = fraction * memory_budget(options)
-    n_blocks = None if n_rows * M * item <= room else int(room // (rows * M * item))
+    n_blocks = None if kernel_fits(source, M, dtype, options, fraction) else \
+        int(room // (rows * M * item))
     if n_blocks == 0:
         return None
     stored: list[tuple[DenseOperator, Any]] = []
@@ -593,6 +606,16 @@ _RATE_WINDOW = 10
 _GEMM_SPEEDUP = 14.0
 _EXPECTED_ITERS = 40
 _KERNEL_COST = {torch.float64: 8.0, torch.float32: 3.0}
+#: Setup costs, in M^3 / g (Falkon's preconditioner: two Cholesky factors and a triangular
+#: product) and (M s^2, s^3) / g (the rank-s eigen-preconditioner: K(C, C_s), its thin QR and
+#: an s x s eigendecomposition); eigen-CG needs ``_EIGEN_PASS_RATIO`` times PCG's passes.
+#: Measured with ``python benchmarks/many_centres.py --n 20000 --M 1000 2000 4000 8000`` (float32
+#: rows, K_nM stored, one thread; docs/performance/many_centres.md): PCG setup 0.9-1.3 M^3 / g
+#: at M = 4000-8000; eigen-CG setup 6.8 M s^2 / g + 8.4 s^3 / g (s = 1000, 2000); passes to
+#: 1 % of the best RMSE 1x-5x PCG's with s = 2000 and up to 12x with s = 1000 (at M = 8000).
+_PCG_SETUP = 1.0
+_EIGEN_SETUP = (7.0, 8.0)
+_EIGEN_PASS_RATIO = 5.0
 #: Up to this many centres ``solver="auto"`` always solves directly: exact, and at most about
 #: 0.15 s on one thread whatever n (n = M = 500: direct 0.13 s, CG 0.03 s but only to its
 #: tolerance, 5e-5 to 3e-4 from exact kernel ridge with all points as centres; n = M = 1000:
@@ -600,25 +623,48 @@ _KERNEL_COST = {torch.float64: 8.0, torch.float32: 3.0}
 DIRECT_MAX_CENTERS = 500
 
 
+def solver_costs(n: int, n_centers: int, n_features: int, *, stored: bool,
+                 dtype: torch.dtype = _F64, rank: int = 1000) -> dict[str, float]:
+    """Estimated cost of each Nyström solver on ``n`` rows (one process's), in units of one
+    memory-bound multiply-add over a stored K_nM entry:
+
+    * ``"direct"``: ``(n M^2 + 6 M^3) / g`` (one Gram product and the dense factorisations at
+      GEMM speed ``g``), plus two kernel passes ``2 n M k`` when K_nM is streamed;
+    * ``"cg"`` (Falkon's preconditioner): ``M^3 / g + I n M (2 + k)`` for ``I`` passes of two
+      products, ``k = 0`` when K_nM is stored;
+    * ``"eigen_cg"`` (rank ``s``): ``(7 M s^2 + 8 s^3) / g + 5 I n M (2 + k)``,
+
+    where ``k = n_features / g + _KERNEL_COST[dtype]`` is the cost of recomputing one kernel
+    entry. The setups are replicated on every process of a data-parallel fit; the passes are
+    shared, so ``n`` is the rows of one process.
+
+    Examples
+    --------
+    >>> c = solver_costs(20_000, 8000, 9, stored=True)
+    >>> sorted(c, key=c.get)
+    ['cg', 'eigen_cg', 'direct']
+    """
+    N, M = float(n), float(n_centers)
+    s = float(min(max(int(rank), 1), n_centers))
+    k = 0.0 if stored else n_features / _GEMM_SPEEDUP + _KERNEL_COST.get(dtype, 8.0)
+    passes = _EXPECTED_ITERS * N * M * (2.0 + k)
+    a, b = _EIGEN_SETUP
+    return {"direct": (N * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP + 2.0 * N * M * k,
+            "cg": _PCG_SETUP * M ** 3 / _GEMM_SPEEDUP + passes,
+            "eigen_cg": (a * M * s * s + b * s ** 3) / _GEMM_SPEEDUP + _EIGEN_PASS_RATIO * passes}
+
+
 def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool,
-                  dtype: torch.dtype = _F64) -> str:
-    """``"direct"`` when one n M^2 pass plus O(M^3) is cheaper than the CG passes, else ``"cg"``.
+                  dtype: torch.dtype = _F64, rank: int = 1000,
+                  candidates: tuple[str, ...] = ("direct", "cg")) -> str:
+    """The cheapest of ``candidates`` by :func:`solver_costs`; ``"direct"`` up to
+    ``DIRECT_MAX_CENTERS`` centres (it costs a fraction of a second and is exact).
 
-    Costs in units of one memory-bound product over a stored kernel entry:
-
-    * direct: ``(n M^2 + 6 M^3) / g`` (one Gram product and the dense factorisations at GEMM
-      speed ``g``), plus two kernel passes ``2 n M k`` when K_nM is streamed;
-    * CG: ``I n M (2 + k)`` for ``I`` passes of two products, ``k = 0`` when K_nM is stored,
-
-    where ``k = n_features / g + _KERNEL_COST[dtype]`` is the cost of recomputing one kernel entry.
-    The direct solve is exact; CG stops at the tolerance. Up to ``DIRECT_MAX_CENTERS`` centres
-    the direct solve is always chosen (it costs a fraction of a second).
-
-    This choice is made only where both solvers fit: when the M x M float64 matrices they hold
-    exceed the memory budget (:func:`centre_matrices_fit`, the rule with which they refuse),
-    ``NystromKernelRidge(solver="auto")`` runs ``"eigen_cg"``
-    (:func:`~kernelflow.solvers.nystrom_eigen_cg.nystrom_eigen_cg`, no M x M matrix) instead,
-    whatever the costs.
+    The direct solve is exact; CG stops at the tolerance. :func:`nystrom_krr` chooses between
+    ``"direct"`` and ``"cg"``; ``NystromKernelRidge(solver="auto")`` also weighs ``"eigen_cg"``
+    (:func:`~kernelflow.solvers.nystrom_eigen_cg.nystrom_eigen_cg`), and runs it whatever the
+    costs when the M x M float64 matrices of the other two exceed the memory budget
+    (:func:`centre_matrices_fit`, the rule with which they refuse).
 
     Examples
     --------
@@ -626,14 +672,14 @@ def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool,
     ('direct', 'cg')
     >>> choose_solver(20_000, 1000, 9, stored=False), choose_solver(500, 500, 9, stored=True)
     ('direct', 'direct')
+    >>> all3 = ("direct", "cg", "eigen_cg")
+    >>> [choose_solver(20_000, M, 9, stored=True, candidates=all3) for M in (4000, 16_000)]
+    ['cg', 'eigen_cg']
     """
-    if n_centers <= DIRECT_MAX_CENTERS:
+    if n_centers <= DIRECT_MAX_CENTERS and "direct" in candidates:
         return "direct"
-    N, M = float(n), float(n_centers)
-    k = 0.0 if stored else n_features / _GEMM_SPEEDUP + _KERNEL_COST.get(dtype, 8.0)
-    direct = (N * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP + 2.0 * N * M * k
-    cg = _EXPECTED_ITERS * N * M * (2.0 + k)
-    return "direct" if direct <= cg else "cg"
+    costs = solver_costs(n, n_centers, n_features, stored=stored, dtype=dtype, rank=rank)
+    return min(candidates, key=costs.__getitem__)
 
 
 def nystrom_gram(source: DataSource, kernel: Kernel, centers: torch.Tensor, *,
