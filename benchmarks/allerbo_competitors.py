@@ -14,6 +14,10 @@ of every method and the paired per-split differences KSGD - competitor: median, 
 two-sided Wilcoxon signed-rank and sign-test p-values, and a one-sided Wilcoxon test of
 non-inferiority at the margin ``--margin`` (H0: the median difference is <= -margin).
 
+``--summary --grid 30 --against 10`` also prints, for the splits run at both grids, how each
+method's test R^2 and CPU change from the ``--against`` grid to ``--grid`` (the check that a
+smaller grid does not decide the comparison).
+
 ``--loop-compare`` also runs the M-estimators with the uncompacted solver loop (every problem
 iterated until the slowest converges) and records the CPU time of both loops and whether the
 chosen grid point is the same.
@@ -22,6 +26,8 @@ Usage::
 
     python benchmarks/allerbo_competitors.py --splits 1-20 --grid 10 --out bench_out/comp_g10.jsonl
     python benchmarks/allerbo_competitors.py --summary --out bench_out/comp_g10.jsonl
+    python benchmarks/allerbo_competitors.py --summary --grid 30 --against 10 \
+        --out bench_out/comp_g30.jsonl,bench_out/comp_g10.jsonl
 """
 
 from __future__ import annotations
@@ -110,6 +116,30 @@ def run(args):
                       flush=True)
 
 
+def grid_change(merged, g_from, g_to):
+    """Per data set, outlier setting and method, over the splits run at both grids: median and
+    largest change of test R^2 from grid ``g_from`` to ``g_to`` and the median CPU ratio."""
+    pairs: dict = {}
+    for (d, o, s, g), r in merged.items():
+        if g == g_to and (d, o, s, g_from) in merged:
+            pairs.setdefault((d, o), []).append((merged[(d, o, s, g_from)], r))
+    print(f"\nFrom the {g_from}-point to the {g_to}-point grid, splits run at both: median and "
+          "largest |change| of test R^2, median CPU ratio")
+    print("\n| data | outliers | method | splits | median R^2 change | largest abs change | "
+          "median CPU ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for (d, o), ps in sorted(pairs.items()):
+        for m in ["KSGD", *COMPETITORS]:
+            both = [(a["methods"][m], b["methods"][m]) for a, b in ps
+                    if m in a["methods"] and m in b["methods"]]
+            if not both:
+                continue
+            ch = np.array([b["r2"] - a["r2"] for a, b in both])
+            cpu = np.median([b["cpu"] / a["cpu"] for a, b in both])
+            print(f"| {d} | {o} | {m} | {len(both)} | {np.median(ch):+.3f} | "
+                  f"{np.abs(ch).max():.3f} | {cpu:.1f}x |")
+
+
 def summary(args):
     from scipy.stats import binomtest, wilcoxon
 
@@ -121,6 +151,8 @@ def summary(args):
             r = json.loads(line)
             key = (r["data"], r["outliers"], r["split"], r["grid"])
             merged.setdefault(key, {**r, "methods": {}})["methods"].update(r["methods"])
+    if args.against is not None:
+        grid_change(merged, args.against, args.grid)
     recs = [r for r in merged.values() if r["grid"] == args.grid]
     keys = sorted({(r["data"], r["outliers"]) for r in recs},
                   key=lambda k: (k[1], list(STANDIN).index(k[0])))
@@ -187,6 +219,8 @@ def main(argv=None):
     ap.add_argument("--out", default="bench_out/allerbo_competitors.jsonl",
                     help="JSON-lines file (for --summary: files separated by commas)")
     ap.add_argument("--summary", action="store_true", help="print the tables of --out")
+    ap.add_argument("--against", type=int, default=None,
+                    help="with --summary: also compare --grid with this grid, split by split")
     ap.add_argument("--margin", type=float, default=0.05,
                     help="non-inferiority margin in test R^2")
     args = ap.parse_args(argv)
