@@ -187,3 +187,25 @@ def test_compacted_loop_equals_whole_batch_loop():
     assert bool(one.exact) == bool(a.exact[1, 1, 1])
     assert int(one.iterations) == int(a.iterations[1, 1, 1])
     assert torch.allclose(one.coef, a.coef[1, 1, 1], rtol=1e-9, atol=1e-9)
+
+
+def test_diverging_problem_stops_at_once_and_is_refused(monkeypatch):
+    # alpha = 1e-300 makes the objective non-finite from the first step on these rows; the
+    # stage used to iterate to max_iter (90 000 steps, 35 s) before the coefficients overflowed
+    import kernelflow.estimators.quantile_apg as mod
+    from kernelflow.utils._finite import DivergenceError
+
+    rng = np.random.RandomState(313489)
+    X = rng.randn(12, 2)
+    y = np.sin(X[:, 0])
+    results = []
+    real = mod.kernel_quantile_apg
+    monkeypatch.setattr(mod, "kernel_quantile_apg",
+                        lambda *a, **k: results.append(real(*a, **k)) or results[-1])
+    est = KernelQuantileRegressorAPG(alpha=1e-300)
+    with pytest.raises(DivergenceError, match="larger alpha"):
+        est.fit(X, y)
+    assert not hasattr(est, "dual_coef_")
+    res = results[0]
+    assert not bool(res.converged) and not np.isfinite(float(res.objective))
+    assert res.n_iter < 100

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from numbers import Integral, Real
 
 import torch
@@ -170,8 +171,10 @@ class KernelQuantileRegressorAPG(KernelEstimatorMixin, RegressorMixin, BaseEstim
             max_iter=self.max_iter, tol=self.tol,
         )
         coef, b = res.coef * scale, res.intercept * scale
-        if not (torch.isfinite(coef).all() and torch.isfinite(b)):
-            raise DivergenceError("The accelerated solver produced non-finite coefficients.")
+        if not (torch.isfinite(coef).all() and torch.isfinite(b)
+                and math.isfinite(float(res.objective))):
+            raise DivergenceError("The accelerated solver diverged (non-finite coefficients or "
+                                  "objective); use a larger alpha.")
         if not (bool(res.exact) or bool(res.converged)):
             warn_caller(
                 f"{type(self).__name__} did not converge in max_iter={self.max_iter} steps per "

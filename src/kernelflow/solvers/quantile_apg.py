@@ -288,7 +288,8 @@ def _accelerated_step(pr: _StageProblems, a, b, f, F, a_prev, b_prev, f_prev, t)
 def _smoothed_stage(pr: _StageProblems, sol: _Solution, w: torch.Tensor, *, max_iter: int,
                     tol: float, compact: bool, record: bool) -> None:
     """Run the accelerated iterations of one smoothing stage on rows ``w`` of ``sol`` until no
-    prediction moves by more than ``tol`` (each problem on its own), updating ``sol``."""
+    prediction moves by more than ``tol`` (each problem on its own) or its objective is no
+    longer finite (diverged, not converged), updating ``sol``."""
     a, b = sol.a[w], sol.b[w]
     f = pr.predictions(a, b)
     F = pr.objective(f, a)
@@ -304,7 +305,7 @@ def _smoothed_stage(pr: _StageProblems, sol: _Solution, w: torch.Tensor, *, max_
         if compact and pos.numel() < a.shape[0]:
             # finished problems leave: write them back, keep the active rows only
             sol.a[w], sol.b[w], sol.f[w] = a, b, f
-            sol.converged[w] = stage_done
+            sol.converged[w] = stage_done & torch.isfinite(F)
             w, a, b, f, F = w[pos], a[pos], b[pos], f[pos], F[pos]
             a_prev, b_prev, f_prev, t = a_prev[pos], b_prev[pos], f_prev[pos], t[pos]
             stage_done = stage_done[pos]
@@ -320,13 +321,14 @@ def _smoothed_stage(pr: _StageProblems, sol: _Solution, w: torch.Tensor, *, max_
         sol.iters[w] += (~stage_done).long()
         if record:
             sol.history.append(float(F[0]))
-        stage_done = stage_done | (move <= tol)
+        # a non-finite objective never becomes finite again: the problem has diverged
+        stage_done = stage_done | (move <= tol) | ~torch.isfinite(F)
         if bool(stage_done.all()):
             pos = pos[:0]
             break
         pos = (~stage_done).nonzero()[:, 0]
     sol.a[w], sol.b[w], sol.f[w] = a, b, f
-    sol.converged[w] = stage_done
+    sol.converged[w] = stage_done & torch.isfinite(F)
 
 
 def _project_exact(K, P: _Problems, sol: _Solution, w: torch.Tensor, dlt: float,
