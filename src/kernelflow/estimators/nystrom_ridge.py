@@ -247,15 +247,15 @@ class NystromKernelRidge(_NystromBase):
         a MemoryError when one of them (8 M^2 bytes) exceeds the memory budget of
         ``options`` (:func:`~kernelflow.solvers.nystrom.centre_matrices_fit`).
         "eigen_cg" (many centres) runs CG with a rank-s eigen-preconditioner built from
-        s = min(M, 1000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`; fewer when
+        s = min(M, 2000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`; fewer when
         3 M s float64 values exceed a quarter of the budget): setup O(M s^2 + s^3) and memory
         O(M s), no M x M matrix, but more passes than "cg" when alpha / n is small against
         K_MM's spectrum beyond its s-th eigenvalue. "auto" runs "eigen_cg" when the M x M
         matrices do not fit the budget (by that same rule); otherwise it solves directly up to
         500 centres and beyond picks the cheapest of the three by a cost model
         (:func:`~kernelflow.solvers.nystrom.solver_costs`, constants measured on CPU: direct
-        up to about 1000 centres, then CG, then "eigen_cg" from about M = 10 000 at 2e4 rows
-        and M = 30 000 at 2e5 rows with K_nM stored); between direct and CG, always CG with
+        up to about 1000 centres, then CG, then "eigen_cg" from about M = 11 500 at 2e4 rows
+        and M = 30 500 at 2e5 rows with K_nM stored); between direct and CG, always CG with
         ``early_stopping``, and solves directly when a float32 CG run stalls. ``solver_``
         reports the solver that ran.
     compute_variance : bool or {"dtc", "fitc"}, default=False
