@@ -257,7 +257,7 @@ def test_three_way_choice_follows_the_measured_crossover():
     # more rows per process, or streamed passes, make eigen-CG's extra passes dearer
     assert crossover(20_000, True) < crossover(200_000, True) < crossover(200_000, False)
     # the setup terms: PCG's grows as M^3, eigen-CG's as M s^2
-    c1, c2 = costs(0, 4000, 9, stored=True), costs(0, 8000, 9, stored=True)
+    c1, c2 = costs(0, 4000, 9, stored=True, rank=1000), costs(0, 8000, 9, stored=True, rank=1000)
     assert c2["cg"] == pytest.approx(8 * c1["cg"])
     assert c2["eigen_cg"] < 2 * c1["eigen_cg"]
     assert costs(0, 8000, 9, stored=True, rank=2000)["eigen_cg"] > 3.9 * c2["eigen_cg"]

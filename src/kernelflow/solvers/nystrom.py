@@ -619,6 +619,12 @@ _KERNEL_COST = {torch.float64: 8.0, torch.float32: 3.0}
 _PCG_SETUP = 1.0
 _EIGEN_SETUP = (7.0, 8.0)
 _EIGEN_PASS_RATIO = 5.0
+#: Largest default rank s of the eigen-CG preconditioner (and the rank the cost model prices
+#: when none is given): setup M s^2 + s^3 flops, 3 M s floats. 2000:
+#: with s = 1000 eigen-CG missed 1 % of the best RMSE_f within 150 passes at n = 2e4,
+#: M = 2000 and 4000, and within 60 at n = 2e5, M = 2e4 (1.1 % above after 60); s = 2000
+#: reached it at every size measured (docs/performance/many_centres.md)
+DEFAULT_MAX_RANK = 2000
 #: Up to this many centres ``solver="auto"`` always solves directly: exact, and at most about
 #: 0.15 s on one thread whatever n (n = M = 500: direct 0.13 s, CG 0.03 s but only to its
 #: tolerance, 5e-5 to 3e-4 from exact kernel ridge with all points as centres; n = M = 1000:
@@ -627,7 +633,7 @@ DIRECT_MAX_CENTERS = 500
 
 
 def solver_costs(n: int, n_centers: int, n_features: int, *, stored: bool,
-                 dtype: torch.dtype = _F64, rank: int = 1000) -> dict[str, float]:
+                 dtype: torch.dtype = _F64, rank: int = DEFAULT_MAX_RANK) -> dict[str, float]:
     """Estimated cost of each Nyström solver on ``n`` rows (one process's), in units of one
     memory-bound multiply-add over a stored K_nM entry:
 
@@ -658,7 +664,7 @@ def solver_costs(n: int, n_centers: int, n_features: int, *, stored: bool,
 
 
 def choose_solver(n: int, n_centers: int, n_features: int, *, stored: bool,
-                  dtype: torch.dtype = _F64, rank: int = 1000,
+                  dtype: torch.dtype = _F64, rank: int = DEFAULT_MAX_RANK,
                   candidates: tuple[str, ...] = ("direct", "cg")) -> str:
     """The cheapest of ``candidates`` by :func:`solver_costs`; ``"direct"`` up to
     ``DIRECT_MAX_CENTERS`` centres (it costs a fraction of a second and is exact).

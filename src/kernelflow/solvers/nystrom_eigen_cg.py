@@ -61,6 +61,7 @@ from ..utils.checkpoint import Checkpoint
 from ..utils.monitor import EarlyStopping
 from .nystrom import (
     _CHANGE_WINDOW,
+    DEFAULT_MAX_RANK,
     NystromSolution,
     _cg_checkpoint,
     _cg_solution,
@@ -82,11 +83,6 @@ __all__ = ["EigenPreconditioner", "eigen_preconditioner", "default_rank", "nystr
 logger = logging.getLogger(__name__)
 
 _F64 = torch.float64
-#: Largest default rank s of the preconditioner: setup M s^2 + s^3 flops, 3 M s floats. 2000:
-#: with s = 1000 eigen-CG missed 1 % of the best RMSE_f within 150 passes at n = 2e4,
-#: M = 2000 and 4000, and within 60 at n = 2e5, M = 2e4 (1.1 % above after 60); s = 2000
-#: reached it at every size measured (docs/performance/many_centres.md)
-DEFAULT_MAX_RANK = 2000
 
 
 def default_rank(n_centers: int, options: Options | None = None) -> int:
