@@ -6,8 +6,9 @@ float32 rows, Gaussian kernel sigma = 3, lambda = 1e-6 on Falkon's scale (alpha 
 RMSE against the noiseless f on 10 000 test points. The same uniform centres for every method.
 
 Every method runs in its own process with one thread and records, after every pass, the test
-RMSE_f and the time spent so far (the time of the RMSE evaluation itself excluded: the test
-kernel matrix is built before the clock starts). Per M the script prints, for each method, the
+RMSE_f and the time spent so far (the time of the RMSE evaluation itself excluded; it builds
+the test kernel 500 rows at a time, so that the peak RSS is the solver's, not a 10 000 x M
+test matrix's). Per M the script prints, for each method, the
 time and the passes over the data (products with K_nM, the right-hand side and the Gram pass
 included) until RMSE_f is within 1 % of the best RMSE_f any method reaches at that M, the
 final RMSE_f, and the process's peak RSS.
@@ -15,12 +16,18 @@ final RMSE_f, and the process's peak RSS.
 Methods:
 
 * ``eigen_cg``: :func:`kernelflow.solvers.nystrom_eigen_cg.nystrom_eigen_cg`, default rank
-  s = min(M, 1000); ``eigen_cg-s=R``: rank R;
+  s = min(M, 2000); ``eigen_cg-s=R``: rank R;
 * ``pcg``: :func:`kernelflow.solvers.nystrom.nystrom_krr` with ``solver="cg"`` (Falkon's
   preconditioner, O(M^3) setup, O(M^2) memory);
 * ``direct``: the same with ``solver="direct"`` (the exact Nyström solution, one Gram pass);
-* ``falkon``: ``falkon.Falkon`` (CPU, 5, 10 and 20 iterations as separate fits) when
-  ``import falkon`` works; skipped with a note otherwise.
+* ``falkon``: ``falkon.Falkon`` with its tuned CPU options (no KeOps, ``max_cpu_mem=5e7``) on
+  the float32 rows, one fit of ``max_iter`` CG iterations traced by its own validation
+  callback (its training time excludes the test error); ``falkon-f64``: the same on float64
+  rows (Falkon's accurate mode). Falkon's CPU build lives in its own environment: name its
+  interpreter with ``--falkon-python``; skipped with a note when ``import falkon`` fails there.
+
+Workers print every trace point as they go: a run stopped by ``--timeout`` keeps the points it
+reached, and the table shows ``> timeout`` when it had not reached 1 % of the best by then.
 
 ``--out results.jsonl`` appends one JSON line per (n, M, method) as soon as its process ends
 (trace, peak RSS, max_iter) and skips the runs already there, so that a long comparison resumes
@@ -84,49 +91,36 @@ def worker(spec):
     import torch
 
     torch.set_num_threads(1)
-    from kernelflow.kernels import Gaussian
-    from kernelflow.sources import ArraySource
-
     n, M, method = spec["n"], spec["M"], spec["method"]
     Xtr, ytr, Xte, fte = data(n)
     C = centres(Xtr, M)
     trace = []  # (seconds, passes, rmse_f)
-    if method == "falkon":
-        import falkon
-        from falkon.center_selection import FixedSelector
-
-        Xt, yt, Ct = (torch.from_numpy(a) for a in (Xtr, ytr.reshape(-1, 1), C))
-        for iters in (5, 10, 20):
-            opt = falkon.FalkonOptions(use_cpu=True, keops_active="no", max_cpu_mem=5e7)
-            model = falkon.Falkon(kernel=falkon.kernels.GaussianKernel(SIGMA), penalty=LAMBDA,
-                                  M=M, maxiter=iters, options=opt,
-                                  center_selection=FixedSelector(Ct))
-            t0 = time.perf_counter()
-            model.fit(Xt, yt)
-            fit_s = time.perf_counter() - t0
-            pred = model.predict(torch.from_numpy(Xte)).numpy().ravel().astype(np.float64)
-            trace.append((fit_s, iters + 1, float(np.sqrt(np.mean((pred - fte) ** 2)))))
+    if method.startswith("falkon"):
+        _falkon_fit(spec, Xtr, ytr, Xte, fte, C, trace)
     else:
         import kernelflow.solvers.nystrom as nys
         import kernelflow.solvers.nystrom_eigen_cg as ecg
+        from kernelflow.kernels import Gaussian
+        from kernelflow.sources import ArraySource
 
         counter = {"passes": 0}
         _count_passes(counter)
         kernel = Gaussian(SIGMA)
         Ct = torch.from_numpy(C).to(torch.float64)
-        K_te = kernel(torch.from_numpy(Xte).to(torch.float64), Ct)  # outside the clock
+        Xs = torch.from_numpy(Xte).to(torch.float64)
         mean = float(ytr.mean())
         src = ArraySource(torch.from_numpy(Xtr), torch.from_numpy(ytr - mean))
         paused = {"s": 0.0}
         t0 = time.perf_counter()
 
-        def rmse(coef):
-            pred = (K_te @ coef.to(torch.float64)).reshape(-1).numpy() + mean
-            return float(np.sqrt(np.mean((pred - fte) ** 2)))
+        def rmse(coef):  # 500 test rows at a time: no 10 000 x M matrix in the peak RSS
+            c = coef.to(torch.float64).reshape(-1, 1)
+            pred = torch.cat([kernel(Xs[i:i + 500], Ct) @ c for i in range(0, len(Xs), 500)])
+            return float(np.sqrt(np.mean((pred.reshape(-1).numpy() + mean - fte) ** 2)))
 
         def callback(k, coef):
             t = time.perf_counter()
-            trace.append((t - t0 - paused["s"], counter["passes"], rmse(coef)))
+            _point(trace, t - t0 - paused["s"], counter["passes"], rmse(coef))
             paused["s"] += time.perf_counter() - t
             return False
 
@@ -141,25 +135,78 @@ def worker(spec):
         else:
             sol = nys.nystrom_krr(src, kernel, Ct, alpha, solver="direct", dtype=torch.float32)
             callback(1, sol.coef)
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print("RESULT " + json.dumps({"trace": trace, "peak_rss_gb": rss}))
+    print("RESULT " + json.dumps({"trace": trace, "peak_rss_gb": _peak_rss_gb()}))
 
 
-def run(spec, timeout):
+def _peak_rss_gb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def _point(trace, seconds, passes, rmse_f):
+    """Record one trace point and print it at once, with the peak RSS so far, so that a run
+    stopped by ``--timeout`` still reports how far it got."""
+    trace.append((seconds, passes, rmse_f))
+    print("POINT " + json.dumps([seconds, passes, rmse_f, _peak_rss_gb()]), flush=True)
+
+
+def _falkon_fit(spec, Xtr, ytr, Xte, fte, C, trace):
+    """One Falkon fit with its tuned CPU options, ``maxiter = max_iter``; its own per-iteration
+    callback gives the training time (preconditioner included, the test error excluded) and the
+    test RMSE_f after every CG iteration (one pass each, after the right-hand side's pass).
+    ``falkon-f64`` hands Falkon float64 rows (its accurate mode), ``falkon`` the float32 rows."""
+    import falkon
+    import torch
+    from falkon.center_selection import FixedSelector
+
+    dt = torch.float64 if spec["method"] == "falkon-f64" else torch.float32
+    Xt, yt, Ct, Xs, fs = (torch.from_numpy(a).to(dt)
+                          for a in (Xtr, ytr.reshape(-1, 1), C, Xte, fte.reshape(-1, 1)))
+
+    def rmse_f(y_true, y_pred):
+        err = y_pred.to(torch.float64) - y_true.to(torch.float64)
+        return float(torch.sqrt(torch.mean(err ** 2))), "rmse_f"
+
+    opt = falkon.FalkonOptions(use_cpu=True, keops_active="no", max_cpu_mem=5e7)
+    model = falkon.Falkon(kernel=falkon.kernels.GaussianKernel(SIGMA), penalty=LAMBDA, M=spec["M"],
+                          maxiter=spec["max_iter"], options=opt, center_selection=FixedSelector(Ct),
+                          error_fn=rmse_f, error_every=1)
+    real = model._get_callback_fn
+
+    def traced(*args, **kwargs):
+        cback = real(*args, **kwargs)
+
+        def wrapper(it, beta, train_time):
+            cback(it, beta, train_time)
+            _point(trace, model.fit_times_[-1], it + 1, model.val_errors_[-1])
+
+        return wrapper
+
+    model._get_callback_fn = traced
+    model.fit(Xt, yt, Xs, fs)
+
+
+def _partial(out):
+    """The trace points a worker printed before it was stopped, and its peak RSS by then."""
+    text = out.decode() if isinstance(out, bytes) else (out or "")
+    pts = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("POINT ")]
+    return {"trace": [p[:3] for p in pts], "peak_rss_gb": max((p[3] for p in pts), default=None)}
+
+
+def run(spec, timeout, python=None):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [python or sys.executable, "-P", HERE, "--worker", json.dumps(spec)]
     try:
-        proc = subprocess.run([sys.executable, HERE, "--worker", json.dumps(spec)], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timeout {timeout}s"}
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        return {"error": f"timeout {timeout}s", "timeout_s": timeout, **_partial(exc.stdout)}
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
     return {"error": " ".join((proc.stderr or proc.stdout).strip().splitlines()[-1:])}
 
 
-def falkon_available():
-    return subprocess.run([sys.executable, "-c", "import falkon"],
+def falkon_available(python):
+    return subprocess.run([python, "-P", "-c", "import falkon"],
                           capture_output=True).returncode == 0
 
 
@@ -183,23 +230,29 @@ def table(rows):
     points = {}
     for n, M in sorted({(r["n"], r["M"]) for r in rows}):
         group = [r for r in rows if r["n"] == n and r["M"] == M]
-        best = min((x[2] for r in group if "trace" in r for x in r["trace"]),
+        best = min((x[2] for r in group for x in r.get("trace") or []),
                    default=float("nan"))
         print(f"\nn = {n}, M = {M}: best RMSE_f {best:.5f}; target {1.01 * best:.5f}")
         print(f"{'method':16s} {'time to 1%':>10s} {'passes':>6s} {'final RMSE_f':>12s} "
               f"{'total s':>8s} {'total passes':>12s} {'peak RSS GB':>11s}")
         for r in group:
             m = r["method"]
-            if "error" in r:
-                print(f"{m:16s} error: {r['error']}")
-                points.setdefault(n, {}).setdefault(m, []).append((M, None))
-                continue
-            tr = r["trace"]
+            tr = r.get("trace") or []
             hit = _reach(tr, 1.01 * best)
             points.setdefault(n, {}).setdefault(m, []).append((M, hit[0] if hit else None))
-            reach = (f"{hit[0]:10.2f} {hit[1]:6d}" if hit else f"{'never':>10s} {'-':>6s}")
+            if not tr:
+                print(f"{m:16s} {r.get('error', 'no trace')}")
+                continue
+            if hit:
+                reach = f"{hit[0]:10.2f} {hit[1]:6d}"
+            elif "timeout_s" in r:  # stopped before it got there: a lower bound
+                reach = f"{'> ' + str(r['timeout_s']):>10s} {'-':>6s}"
+            else:
+                reach = f"{'never':>10s} {'-':>6s}"
+            rss = r.get("peak_rss_gb")
             print(f"{m:16s} {reach} {tr[-1][2]:12.5f} {tr[-1][0]:8.2f} {tr[-1][1]:12d} "
-                  f"{r['peak_rss_gb']:11.2f}")
+                  f"{float('nan') if rss is None else rss:11.2f}"
+                  + (f"  ({r['error']})" if "error" in r else ""))
     return points
 
 
@@ -248,6 +301,9 @@ def main():
     ap.add_argument("--summary", action="store_true",
                     help="print the tables (and --plot) of --out without running anything")
     ap.add_argument("--plot", help="PNG path for the log-log plot of time against M")
+    ap.add_argument("--falkon-python",
+                    help="interpreter of an environment where falkon is installed (its CPU build "
+                         "lives apart from kernelflow's); default: this one")
     args = ap.parse_args()
     if args.worker:
         worker(json.loads(args.worker))
@@ -255,9 +311,11 @@ def main():
     rows = _load(args.out)
     if not args.summary:
         methods = list(args.methods)
-        if "falkon" in methods and not falkon_available():
-            methods.remove("falkon")
-            print("falkon: not importable here, skipped")
+        falkon_python = args.falkon_python or sys.executable
+        for m in [m for m in methods if m.startswith("falkon")]:
+            if not falkon_available(falkon_python):
+                methods.remove(m)
+                print(f"{m}: falkon not importable by {falkon_python}, skipped")
         print(f"n = {args.n}, float32 rows, sigma = {SIGMA}, lambda = {LAMBDA}, one thread")
         done = {(r["n"], r["M"], r["method"]) for r in rows}
         for M in args.M:
@@ -266,7 +324,7 @@ def main():
                     continue
                 res = {"n": args.n, "M": M, "method": m, "max_iter": args.max_iter,
                        **run({"n": args.n, "M": M, "method": m, "max_iter": args.max_iter},
-                             args.timeout)}
+                             args.timeout, falkon_python if m.startswith("falkon") else None)}
                 rows.append(res)
                 if args.out:
                     with open(args.out, "a") as fh:
