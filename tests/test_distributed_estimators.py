@@ -150,8 +150,7 @@ M_SPLIT = 31
 
 def _eigen_cg_products(X, y, part=slice(None)):
     """eigen-CG on rows ``part`` with every K_MM v product counted: (rows of K_MM, kernel
-    entries evaluated, index of the block's first centre) per product, and the coefficients;
-    K_MM tiled (not stored), so that every product evaluates its rows."""
+    entries evaluated, index of the block's first centre) per product, and the coefficients."""
     import kernelflow.solvers.nystrom_eigen_cg as module
     from kernelflow.kernels import Gaussian
     from kernelflow.sources import ArraySource
@@ -172,12 +171,11 @@ def _eigen_cg_products(X, y, part=slice(None)):
             return out
 
     original, module.KernelOperator = module.KernelOperator, Counting
-    shares, module.KMM_STORE_FRACTION = module.KMM_STORE_FRACTION, {"streamed": 0, "stored": 0}
     try:
         sol = module.nystrom_eigen_cg(ArraySource(X[part], y[part]), Gaussian(1.0), C, 1e-2,
                                       rank=10, tol=1e-12, max_iter=300)
     finally:
-        module.KernelOperator, module.KMM_STORE_FRACTION = original, shares
+        module.KernelOperator = original
     return {"products": products, "coef": sol.coef.numpy(), "n_iter": sol.n_iter}
 
 

@@ -379,9 +379,8 @@ def test_centre_block_refuses_bad_arguments(args):
 
 
 def test_single_process_computes_the_whole_centre_product(monkeypatch):
-    # one process, K_MM tiled (not stored): every K_MM v product evaluates all M x M kernel
-    # entries (the tiled product of the full symmetric operator, as before the split)
-    monkeypatch.setattr(eigen_cg_module, "KMM_STORE_FRACTION", {"streamed": 0, "stored": 0})
+    # one process: every K_MM v product evaluates all M x M kernel entries (the tiled product
+    # of the full symmetric operator, as before the split)
     seen = []
 
     class Counting(eigen_cg_module.KernelOperator):
@@ -468,36 +467,6 @@ def test_float32_penalty_product_has_no_negative_curvature():
     assert float(torch.linalg.eigvalsh((K + K.T) / 2)[0]) > 0
     K32 = KernelOperator(run.kernel, run.C.float()).to_dense().double()
     assert float(torch.linalg.eigvalsh((K32 + K32.T) / 2)[0]) < 0  # what float32 values give
-
-
-def test_kmm_is_stored_only_within_its_share_of_the_budget(monkeypatch):
-    # K_MM's float64 rows are kept when they fit in their share of the budget (a quarter
-    # with K_nM stored, half with it streamed): one evaluation instead of one per pass; the
-    # stored and the tiled products agree to rounding
-    run = _float32_run(None, 600, 200)
-    assert run.cache is not None
-    evaluations = []
-    real = KernelOperator.matmul
-    monkeypatch.setattr(KernelOperator, "matmul",
-                        lambda self, V: evaluations.append(1) or real(self, V))
-    A = torch.randn(200, 3, dtype=F64, generator=torch.Generator().manual_seed(0))
-    need = 200 * 200 * 8 / eigen_cg_module.KMM_STORE_FRACTION["stored"]
-    products = {}
-    for budget in (int(need), int(need) - 1):
-        run.options = Options(memory_budget=budget)
-        evaluations.clear()
-        product = eigen_cg_module._kmm_product(run)
-        products[budget] = [product(A) for _ in range(3)]
-        assert len(evaluations) == (0 if budget == int(need) else 3)
-    stored, tiled = products[int(need)], products[int(need) - 1]
-    for a, b in zip(stored, tiled):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
-    assert all(torch.equal(stored[0], x) for x in stored[1:])
-    run.cache = None  # K_nM streamed: half the budget
-    run.options = Options(memory_budget=int(need) // 2)
-    evaluations.clear()
-    eigen_cg_module._kmm_product(run)(A)
-    assert not evaluations
 
 
 def test_preconditioner_vectors_are_orthonormal_when_eigenvalues_span_many_orders():

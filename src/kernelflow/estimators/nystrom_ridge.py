@@ -246,12 +246,11 @@ class NystromKernelRidge(_NystromBase):
         preconditioned conjugate gradients. Both hold M x M float64 matrices and refuse with
         a MemoryError when one of them (8 M^2 bytes) exceeds the memory budget of
         ``options`` (:func:`~kernelflow.solvers.nystrom.centre_matrices_fit`).
-        "eigen_cg" (many centres) runs CG with a rank-s eigen-preconditioner built from s = min(M,
-        2000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`; fewer when 3 M s float64 values
-        exceed a quarter of the budget): setup O(M s^2 + s^3) and memory O(M s), no M x M matrix
-        needed (K_MM is kept only when it fits in half of the budget, a quarter when K_nM is
-        stored), but more passes than "cg" when alpha / n is small against K_MM's spectrum
-        beyond its s-th eigenvalue. "auto" runs "eigen_cg" when the M x M
+        "eigen_cg" (many centres) runs CG with a rank-s eigen-preconditioner built from
+        s = min(M, 2000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`; fewer when
+        3 M s float64 values exceed a quarter of the budget): setup O(M s^2 + s^3) and memory
+        O(M s), no M x M matrix, but more passes than "cg" when alpha / n is small against
+        K_MM's spectrum beyond its s-th eigenvalue. "auto" runs "eigen_cg" when the M x M
         matrices do not fit the budget (by that same rule); otherwise it solves directly up to
         500 centres and beyond picks the cheapest of the three by a cost model
         (:func:`~kernelflow.solvers.nystrom.solver_costs`, constants measured on CPU: direct

@@ -4,11 +4,10 @@ Solves the same normal equations as :func:`kernelflow.solvers.nystrom.nystrom_kr
 
     (K_nM^T D K_nM / W + lam K_MM) a = K_nM^T D (y - y_offset) / W,   lam = alpha / W,       (1)
 
-without an M x M matrix that it needs (it keeps K_MM only when the budget has room for it, as it
-keeps K_nM, to save its recomputation on every pass). Falkon's preconditioner factorises K_MM and
-K_MM^2 / M + lam K_MM: O(M^3) flops and O(M^2) memory. Here the preconditioner is built from
-s << M centres only (EigenPro 3, Abedsoltan, Belkin, Pandit 2023; randomised Nyström
-preconditioning, Frangella, Tropp, Udell 2023):
+without any M x M matrix. Falkon's preconditioner factorises K_MM and K_MM^2 / M + lam K_MM:
+O(M^3) flops and O(M^2) memory. Here the preconditioner is built from s << M centres only
+(EigenPro 3, Abedsoltan, Belkin, Pandit 2023; randomised Nyström preconditioning, Frangella,
+Tropp, Udell 2023):
 
 1. a uniform subsample S of s centres; the Nyström approximation of K_MM from its columns,
    K_MM ~ K_MS K_SS^-1 K_SM = V diag(sigma) V^T with V (M, k) orthonormal, k <= s (one
@@ -20,14 +19,13 @@ preconditioning, Frangella, Tropp, Udell 2023):
 
        P = V diag(h) V^T + c (I - V V^T),   P^{-1} r = V (V^T r / h) + (r - V V^T r) / c.  (2)
 
-(1) is solved by conjugate gradients preconditioned with (2). Each iteration is one streamed pass
-K_nM^T D K_nM v over the rows (kernel values in the input's precision, products and sums in float64;
-K_nM is kept in memory only when it takes at most half of the budget, as in
-:func:`~kernelflow.solvers.nystrom.nystrom_krr`) plus one product K_MM v (float64 values: stored
-when they fit in half of the budget, a quarter when K_nM is stored, else tiles of O(M^2 d) flops
-per pass). With float32 values, K_MM gets a jitter at their precision in (1)
-(:func:`~kernelflow.solvers.nystrom.values_jitter`): rounding there had made CG drift or break
-down. Cost per iteration O(n M (d + 2t) + M^2 d + M k t). Data-parallel on p processes,
+(1) is solved by conjugate gradients preconditioned with (2). Each iteration is one streamed
+pass K_nM^T D K_nM v over the rows (kernel values in the input's precision, products and sums
+in float64; K_nM is kept in memory only when it takes at most half of the budget, as in
+:func:`~kernelflow.solvers.nystrom.nystrom_krr`) plus one tiled product K_MM v (float64 tiles,
+O(M^2 d) flops, no stored K_MM). With float32 values, K_MM gets a jitter at their precision in
+(1) (:func:`~kernelflow.solvers.nystrom.values_jitter`): rounding there had made CG drift or
+break down. Cost per iteration O(n M (d + 2t) + M^2 d + M k t). Data-parallel on p processes,
 each passes over its own rows and computes the rows of K_MM v for its block of M / p centres
 (one all-reduce of M t values assembles each product): O((n M (d + 2t) + M^2 d) / p + M k t)
 per process; only the preconditioner (O(M s) memory, O(M s d + M s^2 + s^3) setup) is
@@ -252,13 +250,13 @@ def nystrom_eigen_cg(
 
     Notes
     -----
-    Setup O(M s d + M s^2 + s^3) flops and O(M s) memory; each iteration O(n M (d + 2t) + M^2 d),
-    split over the processes of a data-parallel run. Memory: 3 M s floats, a few M x t vectors, one
-    row block (or the stored K_nM when it fits in half of the budget) and K_MM's float64 values when
-    they fit in half of it (a quarter when K_nM is stored; ``KMM_STORE_FRACTION``; otherwise tiles,
-    no M x M matrix). Float32 rows: kernel values in float32, products in float64 (the K_nM products
-    cost about 1.2x (stored) to 1.3x (streamed) per pass of float32 ones), and K_MM + j I in (1)
-    with j = 0.03 eps32 ||K_MM|| (:func:`~kernelflow.solvers.nystrom.values_jitter`).
+    Setup O(M s d + M s^2 + s^3) flops and O(M s) memory; each iteration
+    O(n M (d + 2t) + M^2 d), split over the processes of a data-parallel run. Memory: 3 M s
+    floats, a few M x t vectors, one row block (or the stored K_nM when it fits in half of the
+    budget); no M x M matrix. Float32 rows: kernel values in float32, products in float64
+    (the K_nM products cost about 1.2x (stored) to 1.3x (streamed) per pass of float32 ones), and
+    K_MM + j I in (1) with j = 0.03 eps32 ||K_MM||
+    (:func:`~kernelflow.solvers.nystrom.values_jitter`).
 
     Examples
     --------
@@ -329,53 +327,30 @@ def _center_block(n_centers: int, n_procs: int, rank: int) -> tuple[int, int]:
     return start, start + size + (rank < extra)
 
 
-#: Fractions of the memory budget within which eigen-CG keeps this process's rows of K_MM
-#: (float64) instead of recomputing them on every pass: half when K_nM is streamed, a quarter
-#: when (some of) K_nM is stored, which takes up to half; with the preconditioner (at most a
-#: quarter) the three stay within the budget. With float32 rows streamed at n = 2e5 and
-#: M = 2e4, the float64 tiles of K_MM v cost about 13 % of a pass (M^2 (d / g + 8) against
-#: n M (2 + d / g + 3) in :func:`~kernelflow.solvers.nystrom.solver_costs`' units), a stored
-#: product about 2 %.
-KMM_STORE_FRACTION = {"streamed": 0.5, "stored": 0.25}
-
-
 def _kmm_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
-    """a -> K_MM a (float64): by tiles, or by the rows of K_MM stored once when they fit in their
-    share of the memory budget (``KMM_STORE_FRACTION``). In a data-parallel run each process
-    computes the rows of its block of centres (:func:`_center_block`) and one all-reduce of the
-    zero-padded block assembles the vector (adding zeros is exact: every process holds the
+    """a -> K_MM a (float64) by tiles, nothing stored. In a data-parallel run each process
+    computes the rows of its block of centres (:func:`_center_block`) and one all-reduce of
+    the zero-padded block assembles the vector (adding zeros is exact: every process holds the
     same vector), so the O(M^2 d) flops per iteration are split, not repeated.
 
-    The values are float64 whatever the rows' precision: float32 values of K_MM are indefinite
+    The tiles are float64 whatever the rows' precision: float32 values of K_MM are indefinite
     by about eps32 ||K_MM||, so lam K_MM v had negative curvature of order lam eps32 ||K_MM||,
     far above the preconditioner's smallest values (down to 1e-16 ||(1)|| with s = M and
     lam = 1e-6), and CG broke down on it (M^2 d flops, small against the n M d of a pass)."""
     C = run.C
     opts = (run.options or Options()).replace(accumulate_float64=True)
-    split = is_distributed()
-    r0, r1 = _center_block(run.M, world_size(), process_rank()) if split else (0, run.M)
+    if not is_distributed():
+        K_MM = KernelOperator(run.kernel, C, options=opts)
+        return lambda a: K_MM.matmul(a).to(_F64)
+    r0, r1 = _center_block(run.M, world_size(), process_rank())
     # same columns as K(C, C): the stationary kernels' centring shift (from the columns) and
     # so every entry are those of the full product
-    K_rows: Any = None
-    if r1 > r0:
-        K_rows = (KernelOperator(run.kernel, C[r0:r1], C, options=opts) if split
-                  else KernelOperator(run.kernel, C, options=opts))
-        share = KMM_STORE_FRACTION["streamed" if run.cache is None else "stored"]
-        if (r1 - r0) * run.M * 8 <= share * memory_budget(run.options):
-            K_rows = K_rows.to_dense().to(_F64)
-
-    def rows_product(a):  # (M, t) float64 -> (r1 - r0, t)
-        if isinstance(K_rows, torch.Tensor):
-            return K_rows @ a
-        return K_rows.matmul(a).to(_F64)
-
-    if not split:
-        return rows_product
+    K_block = KernelOperator(run.kernel, C[r0:r1], C, options=opts) if r1 > r0 else None
 
     def product(a):  # (M, t) float64 -> (M, t)
         out = torch.zeros(run.M, a.shape[1], dtype=_F64)
-        if K_rows is not None:
-            out[r0:r1] = rows_product(a)
+        if K_block is not None:
+            out[r0:r1] = K_block.matmul(a).to(_F64)
         return all_reduce_sum(out)
 
     return product
@@ -384,7 +359,7 @@ def _kmm_product(run: _NystromRun) -> Callable[[torch.Tensor], torch.Tensor]:
 def _eigen_cg_system(run: _NystromRun, jitter: float = 0.0
                      ) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
     """b = K_nM^T D (y - y_offset) / W (one pass) and the matrix of (1) as a product: one
-    streamed pass and one K_MM product (float64; stored or tiles, :func:`_kmm_product`);
+    streamed pass and one tiled K_MM product (float64 sums), no stored M x M matrix;
     ``jitter`` j adds lam j a (:func:`~kernelflow.solvers.nystrom.values_jitter`)."""
     K_MM = _kmm_product(run)
     gram = normal_product(run)  # float64 products of float32 values, one call per pass
