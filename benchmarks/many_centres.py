@@ -257,31 +257,36 @@ def table(rows):
 
 
 def plot(points, path):
-    """Log-log time to 1 % against M, one panel per n, one line per method; a method that
-    never reached the target at some M is drawn as an open marker at the top of the panel."""
+    """Log-log time to 1 % against M, one panel per n, one line per method; a method that did
+    not reach the target at some M (never, or not before its timeout) is drawn as an open
+    marker at the top of the panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(points), figsize=(5.5 * len(points), 4.5), squeeze=False)
+    # one colour and marker per method across the panels
+    names = sorted({m for by_method in points.values() for m in by_method})
+    style = {m: (f"C{i % 10}", "osD^vPX*"[i % 8]) for i, m in enumerate(names)}
     for ax, (n, by_method) in zip(axes[0], sorted(points.items())):
         reached = [t for pts in by_method.values() for _, t in pts if t is not None]
         top = 2 * max(reached, default=1.0)
-        for (method, pts), mk in zip(sorted(by_method.items()), "osD^vPX*"):
+        for method, pts in sorted(by_method.items()):
+            colour, mk = style[method]
             pts = sorted(pts)
             # NaN where the target was never reached: the line breaks there
-            line = ax.plot([m for m, _ in pts], [float("nan") if t is None else t for _, t in pts],
-                           marker=mk, label=method)
+            ax.plot([m for m, _ in pts], [float("nan") if t is None else t for _, t in pts],
+                    marker=mk, color=colour, label=method)
             missed = [m for m, t in pts if t is None]
             if missed:
                 ax.plot(missed, [top] * len(missed), marker=mk, ls="none", mfc="none",
-                        color=line[0].get_color())
+                        color=colour)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("centres M")
         ax.set_ylabel("time to RMSE_f within 1 % of the best (s, one thread)")
-        ax.set_title(f"n = {n} (open markers: never reached)")
+        ax.set_title(f"n = {n} (open markers: not reached)", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
