@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -66,7 +65,7 @@ HERE = os.path.abspath(__file__)
 LAMBDA, SIGMA, N_TEST = 1e-6, 3.0, 10_000
 
 sys.path.insert(0, os.path.dirname(HERE))
-from _common import centres  # noqa: E402
+from _common import centres, peak_rss_mb  # noqa: E402
 from _common import smooth_data as data  # noqa: E402
 
 
@@ -143,7 +142,7 @@ def worker(spec):
         else:
             sol = nys.nystrom_krr(src, kernel, Ct, alpha, solver="direct", dtype=torch.float32)
             callback(1, sol.coef)
-    print("RESULT " + json.dumps({"trace": trace, "peak_rss_gb": _peak_rss_gb(), **extra}))
+    print("RESULT " + json.dumps({"trace": trace, "peak_rss_gb": peak_rss_mb() / 1024, **extra}))
 
 
 def _estimator_fit(spec, Xtr, ytr, Xte, fte, C, trace):
@@ -163,15 +162,11 @@ def _estimator_fit(spec, Xtr, ytr, Xte, fte, C, trace):
     return {"solver_": est.solver_, "converged": bool(est.converged_)}
 
 
-def _peak_rss_gb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
 def _point(trace, seconds, passes, rmse_f):
     """Record one trace point and print it at once, with the peak RSS so far, so that a run
     stopped by ``--timeout`` still reports how far it got."""
     trace.append((seconds, passes, rmse_f))
-    print("POINT " + json.dumps([seconds, passes, rmse_f, _peak_rss_gb()]), flush=True)
+    print("POINT " + json.dumps([seconds, passes, rmse_f, peak_rss_mb() / 1024]), flush=True)
 
 
 def _falkon_fit(spec, Xtr, ytr, Xte, fte, C, trace):
