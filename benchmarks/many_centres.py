@@ -27,7 +27,8 @@ Methods:
   interpreter with ``--falkon-python``; skipped with a note when ``import falkon`` fails there.
 
 * ``estimator-cg``, ``estimator-eigen_cg``, ``estimator-auto``: ``NystromKernelRidge`` with
-  that ``solver`` and its own stopping rule (default ``tol``; ``max_iter`` as given), one point:
+  that ``solver`` and its own stopping rule (default ``tol``; ``max_iter`` as given)
+  (``estimator-eigen_cg-s=R``, ``estimator-auto-s=R``: with ``precond_rank=R``), one point:
   the fit's time, its iterations (in the passes column) and RMSE_f; the JSON line also has
   ``solver_`` and ``converged``.
 
@@ -152,8 +153,10 @@ def _estimator_fit(spec, Xtr, ytr, Xte, fte, C, trace):
     from kernelflow.estimators import NystromKernelRidge
 
     n = spec["n"]
+    solver, _, rank = spec["method"].split("-", 1)[1].partition("-s=")
     est = NystromKernelRidge(n_components=spec["M"], landmarks=C, alpha=n * LAMBDA, sigma=SIGMA,
-                             solver=spec["method"].split("-", 1)[1], max_iter=spec["max_iter"])
+                             solver=solver, precond_rank=int(rank) if rank else None,
+                             max_iter=spec["max_iter"])
     t0 = time.perf_counter()
     est.fit(Xtr, ytr)
     fit_s = time.perf_counter() - t0

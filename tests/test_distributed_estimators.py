@@ -218,6 +218,17 @@ def _worker():
     part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
     model = _auto_beyond_budget(None if r == 0 else SHORT_BUDGET).fit(X[part], y[part])
     out["auto_beyond_budget"] = {**_summary(model, X[:40]), "solver": model.solver_}
+    # a given precond_rank that fits process 0's budget but not process 1's: both refuse it
+    # (SHORT_BUDGET holds a rank-9 preconditioner of 30 centres); rank 9 runs on both
+    try:
+        _auto_beyond_budget(None if r == 0 else SHORT_BUDGET).set_params(
+            solver="eigen_cg", precond_rank=10).fit(X[part], y[part])
+        out["rank_10"] = "fitted"
+    except MemoryError as e:
+        out["rank_10"] = str(e)
+    model = _auto_beyond_budget(None if r == 0 else SHORT_BUDGET).set_params(
+        solver="eigen_cg", precond_rank=9).fit(X[part], y[part])
+    out["rank_9"] = _summary(model, X[:40])
     # distributed=False: each process fits its own rows alone, without communicating
     X, y = _data(N_NYS)
     part = slice(0, CUT_NYS) if r == 0 else slice(CUT_NYS, N_NYS)
@@ -321,6 +332,13 @@ def test_auto_beyond_one_process_budget_runs_eigen_cg_everywhere(two_process):
         got = two_process[r]["auto_beyond_budget"]
         assert got["solver"] == "eigen_cg"
         _close(got["pred"], p_ref, 1e-8)
+    # a given rank: refused together when one process's budget is short, else as one process
+    with one_thread():
+        ref = _auto_beyond_budget(SHORT_BUDGET).set_params(solver="eigen_cg", precond_rank=9)
+        p_ref = _summary(ref.fit(X, y), X[:40])["pred"]
+    for r in range(2):
+        assert "rank-10 preconditioner of 30 centres" in two_process[r]["rank_10"]
+        _close(two_process[r]["rank_9"]["pred"], p_ref, 1e-8)
 
 
 def test_auto_distributed_partial_fit_equals_single_process(two_process):

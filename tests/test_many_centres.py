@@ -156,6 +156,105 @@ def test_estimator_refuses_bad_solver():
     # eigen-CG checkpoints: tests/test_checkpoint_paths.py
 
 
+def test_precond_rank_reaches_the_preconditioner_and_the_cost_model(monkeypatch):
+    import kernelflow.estimators.nystrom_ridge as mod
+
+    X, y = _data(800, 5)
+    Xn, yn = X.numpy(), y.numpy()
+    params = dict(n_components=200, alpha=1.0, sigma=1.0, random_state=0, tol=1e-10,
+                  max_iter=300)
+    built, priced = [], []
+    real_p, real_c = eigen_cg_module.eigen_preconditioner, mod.choose_solver
+    monkeypatch.setattr(eigen_cg_module, "eigen_preconditioner",
+                        lambda k, C, lam, s, **kw: built.append(s) or real_p(k, C, lam, s, **kw))
+    monkeypatch.setattr(mod, "choose_solver",
+                        lambda *a, **kw: priced.append(kw["rank"]) or real_c(*a, **kw))
+    fits = {r: NystromKernelRidge(solver="eigen_cg", precond_rank=r, **params).fit(Xn, yn)
+            for r in (50, 100, 10_000)}
+    NystromKernelRidge(solver="auto", precond_rank=30, **params).fit(Xn, yn)
+    NystromKernelRidge(solver="auto", **params).fit(Xn, yn)
+    assert built == [50, 100, 200]  # capped at M
+    assert priced == [30, default_rank(200, None, 800)]
+    # a larger rank captures more of K_MM's spectrum: fewer passes to the same solution
+    assert fits[10_000].n_iter_ < fits[100].n_iter_ < fits[50].n_iter_
+    ref = NystromKernelRidge(solver="direct", **params).fit(Xn, yn).predict(Xn)
+    for est in fits.values():
+        assert est.converged_
+        assert np.linalg.norm(est.predict(Xn) - ref) / np.linalg.norm(ref) < 1e-6
+
+
+def test_precond_rank_beyond_the_budget_refused_and_the_model_kept():
+    X, y = _data(300, 3)
+    Xn, yn = X.numpy(), y.numpy()
+    est = NystromKernelRidge(100, alpha=1.0, sigma=2.0, random_state=0, solver="eigen_cg")
+    coef = est.fit(Xn, yn).dual_coef_.clone()
+    small = Options(memory_budget=3 * 8 * 100 * 50)  # rank 50 fits, 51 does not
+    with pytest.raises(MemoryError, match=r"rank-51 .*\(at most 50 fits\)"):
+        est.set_params(precond_rank=51, options=small).fit(Xn[::-1], yn[::-1])
+    assert torch.equal(est.dual_coef_, coef)  # the previous model is kept
+    with pytest.raises(MemoryError, match="rank-51"):
+        nystrom_eigen_cg(ArraySource(X, y), Gaussian(2.0), X[:100], 1.0, rank=51, options=small)
+    assert est.set_params(precond_rank=50, max_iter=3).fit(Xn, yn).n_iter_ == 3
+
+
+def test_default_rank_grows_with_the_rows_where_its_setup_pays():
+    costs, rule = nystrom_module.solver_costs, nystrom_module.default_max_rank
+    big, f32 = Options(memory_budget=2 ** 36), torch.float32
+    # the measured sizes: s = 2000 was faster with K_nM stored (n = 2e4; n = 2e5, M = 5000),
+    # s = 3000 with K_nM streamed (n = 2e5, M = 2e4 and 5e4)
+    assert [default_rank(M, big, 20_000, 9, dtype=f32) for M in (1000, 4000, 8000)] == \
+        [1000, 2000, 2000]
+    assert default_rank(5000, big, 200_000, 9, dtype=f32) == 2000
+    assert [default_rank(M, big, 200_000, 9, stored=False, dtype=f32)
+            for M in (20_000, 50_000)] == [3000, 3000]
+    assert default_rank(50_000, big) == 2000  # rows unknown
+    assert default_rank(50_000, Options(memory_budget=2 ** 30), 10 ** 6, 9,
+                        stored=False) == 223  # the budget
+    # the switch is where the larger rank's extra setup (priced by solver_costs, times the
+    # factor measured at n = 2e5) equals the 13 passes it saves (priced as PCG's passes)
+    for M in (5000, 20_000, 50_000):
+        for stored in (True, False):
+            def c(n, rank, M=M, stored=stored):
+                return costs(n, M, 9, stored=stored, dtype=f32, rank=rank)
+            extra = nystrom_module._RANK_SETUP_FACTOR * (c(0, 3000)["eigen_cg"]
+                                                         - c(0, 2000)["eigen_cg"])
+            n = next(n for n in range(1000, 10 ** 7, 1000)
+                     if rule(n, M, 9, stored=stored, dtype=f32) == 3000)
+            per_row_pass = (c(1000, 2000)["cg"] - c(0, 2000)["cg"]) / 40 / 1000
+            assert 13 * (n - 1000) * per_row_pass < extra <= 13 * n * per_row_pass
+
+
+def test_default_rank_follows_each_process_rows(monkeypatch):
+    # the rule scaled down (ranks 20 and 40, 0.7 passes saved, setups as priced: 40 from about
+    # 540 rows at M = 200, K_nM stored): the solver and the cost model of "auto" use the rows
+    # they are given
+    import kernelflow.estimators.nystrom_ridge as mod
+
+    monkeypatch.setattr(nystrom_module, "DEFAULT_MAX_RANK", 20)
+    monkeypatch.setattr(nystrom_module, "LARGE_ROWS_RANK", 40)
+    monkeypatch.setattr(nystrom_module, "_RANK_PASSES_SAVED", 0.7)
+    monkeypatch.setattr(nystrom_module, "_RANK_SETUP_FACTOR", 1.0)
+    built, priced = [], []
+    real_p, real_c = eigen_cg_module.eigen_preconditioner, mod.choose_solver
+    monkeypatch.setattr(eigen_cg_module, "eigen_preconditioner",
+                        lambda k, C, lam, s, **kw: built.append(s) or real_p(k, C, lam, s, **kw))
+    monkeypatch.setattr(mod, "choose_solver",
+                        lambda *a, **kw: priced.append(kw["rank"]) or real_c(*a, **kw))
+    X, y = _data(800, 4)
+    for n in (400, 800):
+        for solver in ("eigen_cg", "auto"):
+            NystromKernelRidge(200, alpha=1.0, sigma=2.0, random_state=0, max_iter=2,
+                               solver=solver).fit(X[:n].numpy(), y[:n].numpy())
+    assert built == [20, 40] and priced == [20, 40]
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, "big"])
+def test_precond_rank_refuses_bad_values(bad):
+    X, y = _data(100, 3)
+    with pytest.raises(ValueError, match="precond_rank"):
+        NystromKernelRidge(20, solver="eigen_cg", precond_rank=bad).fit(X.numpy(), y.numpy())
+
+
 def test_interrupted_fit_leaves_previous_model(monkeypatch):
     X, y = _data(600, 4)
     est = NystromKernelRidge(100, alpha=1.0, sigma=2.0, random_state=0, solver="eigen_cg")
@@ -284,7 +383,8 @@ def test_auto_runs_eigen_cg_where_it_is_cheaper(monkeypatch):
     est = NystromKernelRidge(solver="auto", **params).fit(Xn, yn)
     assert est.solver_ == "eigen_cg" and est.converged_
     (n, M, d), kw = seen[0]
-    assert (n, M, d) == (1500, 600, 9) and kw["stored"] and kw["rank"] == default_rank(600)
+    assert (n, M, d) == (1500, 600, 9) and kw["stored"]
+    assert kw["rank"] == default_rank(600, None, n)
     assert _rel(torch.as_tensor(est.predict(Xn)), torch.as_tensor(ref.predict(Xn))) < 1e-6
 
 

@@ -247,17 +247,24 @@ class NystromKernelRidge(_NystromBase):
         a MemoryError when one of them (8 M^2 bytes) exceeds the memory budget of
         ``options`` (:func:`~kernelflow.solvers.nystrom.centre_matrices_fit`).
         "eigen_cg" (many centres) runs CG with a rank-s eigen-preconditioner built from
-        s = min(M, 2000) centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`; fewer when
-        3 M s float64 values exceed a quarter of the budget): setup O(M s^2 + s^3) and memory
-        O(M s), no M x M matrix, but more passes than "cg" when alpha / n is small against
-        K_MM's spectrum beyond its s-th eigenvalue. "auto" runs "eigen_cg" when the M x M
-        matrices do not fit the budget (by that same rule); otherwise it solves directly up to
-        500 centres and beyond picks the cheapest of the three by a cost model
-        (:func:`~kernelflow.solvers.nystrom.solver_costs`, constants measured on CPU: direct
-        up to about 1000 centres, then CG, then "eigen_cg" from about M = 11 500 at 2e4 rows
-        and M = 30 500 at 2e5 rows with K_nM stored); between direct and CG, always CG with
-        ``early_stopping``, and solves directly when a float32 CG run stalls. ``solver_``
-        reports the solver that ran.
+        s = ``precond_rank`` centres (:mod:`kernelflow.solvers.nystrom_eigen_cg`; by default
+        min(M, 2000), or min(M, 3000) where the cost model finds that its extra setup saves
+        more pass time, e.g. from about 1.0e5 rows per process at M = 2e4 with K_nM streamed;
+        fewer when 3 M s float64 values exceed a quarter of the budget): setup
+        O(M s^2 + s^3) and memory O(M s), no M x M matrix, but more passes than "cg" when
+        alpha / n is small against K_MM's spectrum beyond its s-th eigenvalue. "auto" runs
+        "eigen_cg" when the M x M matrices do not fit the budget (by that same rule);
+        otherwise it solves directly up to 500 centres and beyond picks the cheapest of the
+        three by a cost model (:func:`~kernelflow.solvers.nystrom.solver_costs`, constants
+        measured on CPU: direct up to about 1000 centres, then CG, then "eigen_cg" from about
+        M = 11 500 at 2e4 rows and M = 30 500 at 2e5 rows with K_nM stored); between direct
+        and CG, always CG with ``early_stopping``, and solves directly when a float32 CG run
+        stalls. ``solver_`` reports the solver that ran.
+    precond_rank : int, default=None
+        Rank s of the "eigen_cg" preconditioner (capped at M): a larger rank costs O(M s^2)
+        more setup and 3 M s float64 values, and saves passes when K_MM's spectrum decays
+        slowly against ``alpha``. None: :func:`~kernelflow.solvers.nystrom_eigen_cg.default_rank`.
+        The cost model of "auto" prices this rank. Not used by "cg" and "direct".
     compute_variance : bool or {"dtc", "fitc"}, default=False
         One more float64 pass over the rows (O(n M (M + d))) for the predictive variance
         (``predict(X, return_std=True)``) and ``log_marginal_likelihood()``: True or "dtc" for
@@ -350,6 +357,7 @@ class NystromKernelRidge(_NystromBase):
         "tol": [Interval(Real, 0, None, closed="neither"), None],
         "learn_hyperparameters": [StrOptions(set(NYSTROM_CRITERIA)), None],
         "solver": [StrOptions({"auto", "cg", "direct", "eigen_cg"})],
+        "precond_rank": [Interval(Integral, 1, None, closed="left"), None],
         "compute_variance": ["boolean", StrOptions({"dtc", "fitc"})],
         **OPTIMIZER_CONSTRAINTS,
     }
@@ -359,9 +367,9 @@ class NystromKernelRidge(_NystromBase):
                  tol=None, early_stopping=False, validation_fraction=0.1, n_iter_no_change=5,
                  warm_start=False, dtype=None, block_size=None, random_state=None, verbose=0,
                  options=None, distributed="auto", learn_hyperparameters=None,
-                 solver="auto", compute_variance=False, n_restarts_optimizer=0,
-                 sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3), checkpoint=None,
-                 checkpoint_interval=60.0):
+                 solver="auto", precond_rank=None, compute_variance=False,
+                 n_restarts_optimizer=0, sigma_bounds=(1e-3, 1e3), alpha_bounds=(1e-6, 1e3),
+                 checkpoint=None, checkpoint_interval=60.0):
         self.n_components = n_components
         self.landmarks = landmarks
         self.alpha = alpha
@@ -385,6 +393,7 @@ class NystromKernelRidge(_NystromBase):
         self.distributed = distributed
         self.learn_hyperparameters = learn_hyperparameters
         self.solver = solver
+        self.precond_rank = precond_rank
         self.compute_variance = compute_variance
         self.n_restarts_optimizer = n_restarts_optimizer
         self.sigma_bounds = sigma_bounds
@@ -441,6 +450,16 @@ class NystromKernelRidge(_NystromBase):
         return FitPlan(shared={"centres": float(data.centers.shape[0]), "targets": float(t)},
                        state=_RidgePlan(data, intercept, alpha, coef0, self._route(data)))
 
+    def _precond_rank(self, data: NystromData, n_rows: int, stored: bool) -> int:
+        """The rank of eigen-CG's preconditioner: ``precond_rank`` capped at M, or
+        :func:`~kernelflow.solvers.nystrom_eigen_cg.default_rank` on ``n_rows`` (this
+        process's)."""
+        M = int(data.centers.shape[0])
+        if self.precond_rank is None:
+            return default_rank(M, data.options, n_rows, data.train.n_features, stored=stored,
+                                dtype=data.dtype)
+        return int(min(self.precond_rank, M))
+
     def _route(self, data: NystromData) -> str:
         """``solver``, except "auto": "eigen_cg" where the M x M matrices of "cg" and "direct"
         exceed the memory budget (the rule with which they refuse) or where it is the cheapest
@@ -451,10 +470,11 @@ class NystromKernelRidge(_NystromBase):
             return self.solver
         M, src = int(data.centers.shape[0]), data.train
         short = not centre_matrices_fit(M, data.options)
-        cheaper = choose_solver(
-            getattr(src, "n_local", src.n_samples), M, src.n_features, dtype=data.dtype,
-            stored=kernel_fits(src, M, data.dtype, data.options),
-            rank=default_rank(M, data.options), candidates=("direct", "cg", "eigen_cg"))
+        rows = int(getattr(src, "n_local", src.n_samples))
+        stored = kernel_fits(src, M, data.dtype, data.options)
+        cheaper = choose_solver(rows, M, src.n_features, dtype=data.dtype, stored=stored,
+                                rank=self._precond_rank(data, rows, stored),
+                                candidates=("direct", "cg", "eigen_cg"))
         votes = all_reduce_sum(torch.tensor([float(short or cheaper == "eigen_cg")],
                                             dtype=torch.float64))
         return "eigen_cg" if float(votes[0]) > 0 else "auto"
@@ -484,7 +504,7 @@ class NystromKernelRidge(_NystromBase):
                       verbose=self.verbose, moments=d.solver_moments())
         if p.solver == "eigen_cg":
             sol = nystrom_eigen_cg(d.train, d.kernel, d.centers, p.alpha, checkpoint=ckpt,
-                                   **common)
+                                   rank=self.precond_rank, **common)
         else:
             sol = nystrom_krr(d.train, d.kernel, d.centers, p.alpha, solver=p.solver,
                               checkpoint=ckpt, **common)

@@ -90,6 +90,7 @@ __all__ = [
     "choose_solver",
     "kernel_fits",
     "solver_costs",
+    "default_max_rank",
     "centre_matrices_fit",
     "nystrom_krr",
     "block_rows",
@@ -617,21 +618,71 @@ _KERNEL_COST = {torch.float64: 8.0, torch.float32: 3.0}
 #: 1 % of the best RMSE 3.7-4.4x PCG's (7-11 for PCG), where eigen-CG was 1.39x faster at
 #: M = 2e4; to the estimator's own stopping rule (tol 1e-3), which is what the choice is for,
 #: PCG took 24 and 12 iterations (M = 5000, 2e4) and eigen-CG did not converge in 100, so the
-#: model's choice of PCG there stands and the constants were not refitted.
+#: model's choice of PCG there stands and the constants were not refitted. The pass ratio is
+#: s = 2000's; the rank 3000 of many rows (:func:`default_max_rank`) needs 0.5-0.65x those
+#: passes to 1 % and is priced with the same ratio, which errs towards PCG.
 _PCG_SETUP = 1.0
 _EIGEN_SETUP = (7.0, 8.0)
 _EIGEN_PASS_RATIO = 5.0
-#: Largest default rank s of the eigen-CG preconditioner (and the rank the cost model prices
-#: when none is given): setup M s^2 + s^3 flops, 3 M s floats. 2000:
+#: Largest default rank s of the eigen-CG preconditioner on few rows (and the rank the cost
+#: model prices when none is given): setup M s^2 + s^3 flops, 3 M s floats. 2000:
 #: with s = 1000 eigen-CG missed 1 % of the best RMSE_f within 150 passes at n = 2e4,
 #: M = 2000 and 4000, and within 60 at n = 2e5, M = 2e4 (1.1 % above after 60); s = 2000
 #: reached it at every size measured (docs/performance/many_centres.md)
 DEFAULT_MAX_RANK = 2000
+#: The default rank where passes are dear (:func:`default_max_rank`). Passes to 1 % of the
+#: best RMSE_f with s = 2000 and 3000 (float32 rows, one thread): 41 and 22 (n = 2e4,
+#: M = 4000), 36 and 23 (n = 2e4, M = 8000), 41 and 25 (n = 2e5, M = 5000), 33 and 19
+#: (n = 2e5, M = 2e4), 29 and 14 (n = 2e5, M = 5e4): ``_RANK_PASSES_SAVED`` at least. The
+#: larger rank's extra setup took 13.6 s, 17.6 s (n = 2e4, M = 4000, 8000), 23 s and 47 s
+#: (n = 2e5, M = 5000, 2e4), against passes of 0.10-0.22 s, 0.81 s (K_nM stored) and 7.1 s
+#: (streamed): ``_RANK_SETUP_FACTOR`` times the setup price of :func:`solver_costs` relative
+#: to its pass price at n = 2e5 (0.8x at n = 2e4, where the model's constants were fitted).
+#: Times to 1 %: s = 3000 1.5x, 1.6x and 1.23x slower where K_nM was stored (n = 2e4;
+#: n = 2e5, M = 5000), 1.16-1.19x and 1.53x faster where it was streamed (n = 2e5, M = 2e4 and
+#: 5e4) (docs/performance/many_centres.md)
+LARGE_ROWS_RANK = 3000
+_RANK_PASSES_SAVED = 13.0
+_RANK_SETUP_FACTOR = 2.5
 #: Up to this many centres ``solver="auto"`` always solves directly: exact, and at most about
 #: 0.15 s on one thread whatever n (n = M = 500: direct 0.13 s, CG 0.03 s but only to its
 #: tolerance, 5e-5 to 3e-4 from exact kernel ridge with all points as centres; n = M = 1000:
 #: direct 1.0 s, CG 0.15 s)
 DIRECT_MAX_CENTERS = 500
+
+
+def default_max_rank(n_rows: int | None, n_centers: int, n_features: int = 0, *,
+                     stored: bool = True, dtype: torch.dtype = _F64) -> int:
+    """``LARGE_ROWS_RANK`` (3000) where its extra setup over ``DEFAULT_MAX_RANK`` (2000),
+    ``_RANK_SETUP_FACTOR`` (7 M (3000^2 - 2000^2) + 8 (3000^3 - 2000^3)) / g in
+    :func:`solver_costs`' units, costs less than the 13 passes it saves, n M (2 + k) each
+    (``k`` as there: 0 when K_nM is ``stored``), else ``DEFAULT_MAX_RANK`` (also when
+    ``n_rows`` is None). ``n_rows`` is one process's rows: the setup is replicated, the passes
+    are shared.
+
+    Examples
+    --------
+    >>> import torch
+    >>> f32 = torch.float32
+    >>> default_max_rank(20_000, 8000, 9), default_max_rank(200_000, 5000, 9)
+    (2000, 2000)
+    >>> default_max_rank(200_000, 20_000, 9, stored=False, dtype=f32)
+    3000
+    """
+    if n_rows is None:
+        return DEFAULT_MAX_RANK
+    a, b = _EIGEN_SETUP
+    lo, hi, M = float(DEFAULT_MAX_RANK), float(LARGE_ROWS_RANK), float(max(n_centers, 1))
+    extra = _RANK_SETUP_FACTOR * (a * M * (hi ** 2 - lo ** 2) + b * (hi ** 3 - lo ** 3)) \
+        / _GEMM_SPEEDUP
+    saved = _RANK_PASSES_SAVED * float(n_rows) * M * (2.0 + _entry_cost(n_features, stored,
+                                                                          dtype))
+    return LARGE_ROWS_RANK if saved >= extra else DEFAULT_MAX_RANK
+
+
+def _entry_cost(n_features: int, stored: bool, dtype: torch.dtype) -> float:
+    """k of :func:`solver_costs`: recomputing one kernel entry in a streamed pass (0 stored)."""
+    return 0.0 if stored else n_features / _GEMM_SPEEDUP + _KERNEL_COST.get(dtype, 8.0)
 
 
 def solver_costs(n: int, n_centers: int, n_features: int, *, stored: bool,
@@ -657,7 +708,7 @@ def solver_costs(n: int, n_centers: int, n_features: int, *, stored: bool,
     """
     N, M = float(n), float(n_centers)
     s = float(min(max(int(rank), 1), n_centers))
-    k = 0.0 if stored else n_features / _GEMM_SPEEDUP + _KERNEL_COST.get(dtype, 8.0)
+    k = _entry_cost(n_features, stored, dtype)
     passes = _EXPECTED_ITERS * N * M * (2.0 + k)
     a, b = _EIGEN_SETUP
     return {"direct": (N * M * M + 6.0 * M ** 3) / _GEMM_SPEEDUP + 2.0 * N * M * k,

@@ -61,7 +61,6 @@ from ..utils.checkpoint import Checkpoint
 from ..utils.monitor import EarlyStopping
 from .nystrom import (
     _CHANGE_WINDOW,
-    DEFAULT_MAX_RANK,
     NystromSolution,
     _cg_checkpoint,
     _cg_solution,
@@ -72,6 +71,7 @@ from .nystrom import (
     _restore_cg,
     _ValidationScore,
     cg_energy_change,
+    default_max_rank,
     normal_product,
     nystrom_rhs,
     values_jitter,
@@ -85,24 +85,54 @@ logger = logging.getLogger(__name__)
 _F64 = torch.float64
 
 
-def default_rank(n_centers: int, options: Options | None = None) -> int:
-    """Rank s of the preconditioner: min(M, 2000), and 3 M s float64 values within 1/4 budget.
+def default_rank(n_centers: int, options: Options | None = None, n_rows: int | None = None,
+                 n_features: int = 0, *, stored: bool = True,
+                 dtype: torch.dtype = _F64) -> int:
+    """Rank s of the preconditioner: min(M, 2000), or min(M, 3000) where the cost model prices
+    the larger rank's setup below the passes it saves on ``n_rows`` rows per process
+    (:func:`~kernelflow.solvers.nystrom.default_max_rank`: streamed float32 passes over
+    9 features from about 1.0e5 rows at M = 2e4, stored ones from about 2.9e5), and 3 M s
+    float64 values within a quarter of the budget.
 
     Examples
     --------
     >>> default_rank(300), default_rank(50_000, Options(memory_budget=2**34))
     (300, 2000)
+    >>> default_rank(50_000, Options(memory_budget=2**34), 200_000, 9, stored=False)
+    3000
     >>> default_rank(50_000, Options(memory_budget=2**30))
     223
     """
     by_budget = memory_budget(options) // (4 * 3 * 8 * max(int(n_centers), 1))
-    return int(max(1, min(n_centers, DEFAULT_MAX_RANK, by_budget)))
+    cap = default_max_rank(n_rows, n_centers, n_features, stored=stored, dtype=dtype)
+    return int(max(1, min(n_centers, cap, by_budget)))
 
 
-def _agreed_rank(n_centers: int, options: Options | None) -> int:
-    """:func:`default_rank`, the smallest over the processes of a data-parallel run (their
-    budgets may differ; they must build the same preconditioner and stop together)."""
-    s = default_rank(n_centers, options)
+def _check_rank_fits(rank: int, n_centers: int, options: Options | None) -> None:
+    """MemoryError when a rank-``rank`` preconditioner of ``n_centers`` centres (3 M s float64
+    values) exceeds the memory budget (the smallest over the processes of a data-parallel run,
+    so that all of them refuse together)."""
+    need, budget = 3 * 8 * rank * n_centers, memory_budget(options)
+    if is_distributed():
+        budgets = torch.zeros(world_size(), dtype=torch.float64)
+        budgets[process_rank()] = budget
+        budget = int(all_reduce_sum(budgets).min())
+    if need > budget:
+        mib = 2 ** 20
+        raise MemoryError(
+            f"a rank-{rank} preconditioner of {n_centers} centres needs 3 M s float64 values "
+            f"({need / mib:.3g} MiB), above the memory budget of {budget / mib:.3g} MiB. Use a "
+            f"smaller rank (at most {budget // (24 * n_centers)} fits) or a larger budget "
+            f"(options=Options(memory_budget=...)).")
+
+
+def _agreed_rank(run: _NystromRun) -> int:
+    """:func:`default_rank` on this process's rows (streamed unless all of K_nM is stored), the
+    smallest over the processes of a data-parallel run (their rows and budgets may differ;
+    they must build the same preconditioner and stop together)."""
+    src = run.source
+    s = default_rank(run.M, run.options, int(getattr(src, "n_local", src.n_samples)),
+                     src.n_features, stored=isinstance(run.cache, list), dtype=run.dtype)
     if not is_distributed():
         return s
     ranks = torch.zeros(world_size(), dtype=torch.float64)
@@ -233,8 +263,10 @@ def nystrom_eigen_cg(
         result of an uninterrupted run (the preconditioner, seeded by ``random_state``, is
         rebuilt identically). As in :func:`kernelflow.solvers.nystrom.nystrom_krr`.
     rank : int, optional
-        Number s of centres the preconditioner is built from (default :func:`default_rank`; in a
-        data-parallel run the smallest over the processes, whose budgets may differ).
+        Number s of centres the preconditioner is built from (capped at M; default
+        :func:`default_rank`; in a data-parallel run the smallest over the processes, whose
+        budgets may differ). A given rank whose 3 M s float64 values exceed the memory budget
+        is refused with a MemoryError before any pass.
     tol : float, optional
         CG stops when the estimated relative error in the energy norm of (1) (Hestenes-Stiefel:
         the energies of the last four steps over the energy of the iterate) stays below ``tol``
@@ -279,13 +311,15 @@ def nystrom_eigen_cg(
         raise ValueError(f"alpha must be > 0, got {alpha}.")
     if rank is not None and int(rank) < 1:
         raise ValueError(f"rank must be >= 1, got {rank}.")
+    if rank is not None:
+        _check_rank_fits(int(min(rank, centers.shape[0])), int(centers.shape[0]), options)
     run = _nystrom_run(source, kernel, centers, alpha, moments=moments, validation=validation,
                        store_kernel=store_kernel, dtype=dtype, options=options,
                        block_size=block_size, y_offset=y_offset,
                        tol=_resolve_tol(tol, dtype, options, 1e-3), max_iter=max_iter,
                        verbose=verbose)
     M, t = run.M, run.t
-    s = _agreed_rank(M, options) if rank is None else int(min(rank, M))
+    s = _agreed_rank(run) if rank is None else int(min(rank, M))
     gen = torch.Generator().manual_seed(int(random_state))
     P = eigen_preconditioner(kernel, run.C, run.lam, s, options=options, generator=gen)
     logger.debug("eigen-CG preconditioner: rank %d of %d, eigenvalues %.3g .. %.3g",
