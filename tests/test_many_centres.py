@@ -156,19 +156,26 @@ def test_estimator_refuses_bad_solver():
     # eigen-CG checkpoints: tests/test_checkpoint_paths.py
 
 
-def test_precond_rank_reaches_the_preconditioner_and_the_cost_model(monkeypatch):
+def _spy_ranks(monkeypatch):
+    """Lists filled with the rank of every eigen-CG preconditioner built and every rank the
+    cost model of ``solver="auto"`` prices."""
     import kernelflow.estimators.nystrom_ridge as mod
 
-    X, y = _data(800, 5)
-    Xn, yn = X.numpy(), y.numpy()
-    params = dict(n_components=200, alpha=1.0, sigma=1.0, random_state=0, tol=1e-10,
-                  max_iter=300)
     built, priced = [], []
     real_p, real_c = eigen_cg_module.eigen_preconditioner, mod.choose_solver
     monkeypatch.setattr(eigen_cg_module, "eigen_preconditioner",
                         lambda k, C, lam, s, **kw: built.append(s) or real_p(k, C, lam, s, **kw))
     monkeypatch.setattr(mod, "choose_solver",
                         lambda *a, **kw: priced.append(kw["rank"]) or real_c(*a, **kw))
+    return built, priced
+
+
+def test_precond_rank_reaches_the_preconditioner_and_the_cost_model(monkeypatch):
+    X, y = _data(800, 5)
+    Xn, yn = X.numpy(), y.numpy()
+    params = dict(n_components=200, alpha=1.0, sigma=1.0, random_state=0, tol=1e-10,
+                  max_iter=300)
+    built, priced = _spy_ranks(monkeypatch)
     fits = {r: NystromKernelRidge(solver="eigen_cg", precond_rank=r, **params).fit(Xn, yn)
             for r in (50, 100, 10_000)}
     NystromKernelRidge(solver="auto", precond_rank=30, **params).fit(Xn, yn)
@@ -183,6 +190,7 @@ def test_precond_rank_reaches_the_preconditioner_and_the_cost_model(monkeypatch)
         assert np.linalg.norm(est.predict(Xn) - ref) / np.linalg.norm(ref) < 1e-6
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # short runs
 def test_precond_rank_beyond_the_budget_refused_and_the_model_kept():
     X, y = _data(300, 3)
     Xn, yn = X.numpy(), y.numpy()
@@ -224,22 +232,16 @@ def test_default_rank_grows_with_the_rows_where_its_setup_pays():
             assert 13 * (n - 1000) * per_row_pass < extra <= 13 * n * per_row_pass
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # short runs
 def test_default_rank_follows_each_process_rows(monkeypatch):
     # the rule scaled down (ranks 20 and 40, 0.7 passes saved, setups as priced: 40 from about
     # 540 rows at M = 200, K_nM stored): the solver and the cost model of "auto" use the rows
     # they are given
-    import kernelflow.estimators.nystrom_ridge as mod
-
     monkeypatch.setattr(nystrom_module, "DEFAULT_MAX_RANK", 20)
     monkeypatch.setattr(nystrom_module, "LARGE_ROWS_RANK", 40)
     monkeypatch.setattr(nystrom_module, "_RANK_PASSES_SAVED", 0.7)
     monkeypatch.setattr(nystrom_module, "_RANK_SETUP_FACTOR", 1.0)
-    built, priced = [], []
-    real_p, real_c = eigen_cg_module.eigen_preconditioner, mod.choose_solver
-    monkeypatch.setattr(eigen_cg_module, "eigen_preconditioner",
-                        lambda k, C, lam, s, **kw: built.append(s) or real_p(k, C, lam, s, **kw))
-    monkeypatch.setattr(mod, "choose_solver",
-                        lambda *a, **kw: priced.append(kw["rank"]) or real_c(*a, **kw))
+    built, priced = _spy_ranks(monkeypatch)
     X, y = _data(800, 4)
     for n in (400, 800):
         for solver in ("eigen_cg", "auto"):
