@@ -15,7 +15,7 @@ speed-up for many processes/hosts and where it stops scaling.
 Many centres (n = 10^8, M = 10^4 and 10^5): the ingredients are measured on one thread (CPU
 time, d = 9, float32 kernel tiles as the solvers stream them): one pass per row at M = 10^4
 and 10^5, K_MM v at M = 10^4 and 2 10^4 (at 10^5 a block of 2000 rows, scaled by the row
-count), eigen-CG's preconditioner (s = 1000) at 10^4 and 10^5, and Falkon's at 10^4 (the M x M
+count), eigen-CG's preconditioner (s = 3000) at 10^4 and 10^5, and Falkon's at 10^4 (the M x M
 kernel, one Cholesky, the triangular product L^T L, one triangular solve; extrapolated as
 M^2 and M^3 to 10^5, where its matrices do not fit memory). Then the predicted fit time and
 efficiency for p = 1 .. 2048 on 10 GbE (assumed latency and bandwidth) for PCG (replicated
@@ -198,12 +198,15 @@ def centres_worker(d, sigma, rows, rank_s, setup_cap):
     return out
 
 
-#: passes over the rows to 1 % of the best RMSE (docs/performance/many_centres.md, n = 2 10^4,
-#: lambda = 1e-6): PCG 11-16 at M = 1000-4000; eigen-CG 46 with s = M / 2 (M = 4000) and
-#: 143-159 with s = 1000 at M = 2000-4000. Assumed not to grow with M (an optimistic
-#: assumption for eigen-CG: its passes grew with M / s).
-PCG_PASSES = 15
-EIGEN_PASSES = (46, 160)
+#: passes over the rows to 1 % of the best RMSE_f (docs/performance/many_centres.md, float32
+#: rows, lambda = 1e-6): PCG 7-11 at n = 2e4 to 1e6 (M = 4000 to 2e4); eigen-CG with
+#: s = 3000, the default rank on the streamed rows of n = 1e8 over up to 512 (M = 1e4) or 1024
+#: (M = 1e5) processes, 14-25 at n = 2e4 and 2e5 (M = 4000 to 5e4, fewer at the larger M).
+#: 50 doubles the most measured, for M = 1e5 (M / s = 33, not measured).
+PCG_PASSES = 11
+EIGEN_PASSES = (25, 50)
+#: the rank s of the eigen-CG preconditioner modelled
+EIGEN_RANK = 3000
 #: triangular solves with an M x M factor in one PCG iteration (B beta and B^T u)
 PCG_SOLVES = 4
 
@@ -354,7 +357,7 @@ def measure_allreduce():
 
 def many_centres_model(args):
     """Measure the many-centres ingredients in one 1-thread process and print the models."""
-    ing = spawn(centres_worker, 1, args=(CENTRES_D, 1.0, args.centre_rows, 1000, 60.0),
+    ing = spawn(centres_worker, 1, args=(CENTRES_D, 1.0, args.centre_rows, EIGEN_RANK, 60.0),
                 timeout=900, threads=1)[0]
     print_many_centres(ing, 50e-6, 1.1e9)
 
