@@ -465,6 +465,28 @@ def test_checkpoint_of_another_route_is_refused(tmp_path, monkeypatch):
         NystromKernelRidge(**kw).fit(Xn, yn)
 
 
+def test_checkpoint_of_another_default_rank_is_refused(tmp_path, monkeypatch):
+    # the default rank follows the budget and K_nM's storage: a resumed fit whose default
+    # differs would continue CG with another preconditioner
+    import kernelflow.estimators.nystrom_ridge as ridge_module
+
+    Xn, yn, params, small = _budget_problem()
+    kw = dict(solver="eigen_cg", tol=1e-10, max_iter=20, options=small,
+              checkpoint=tmp_path / "e.ckpt", checkpoint_interval=0, **params)
+    interrupt_cg(monkeypatch, eigen_cg_module, 4)
+    with pytest.raises(KeyboardInterrupt):
+        NystromKernelRidge(**kw).fit(Xn, yn)
+    monkeypatch.undo()
+    real = ridge_module.default_rank
+    monkeypatch.setattr(ridge_module, "default_rank", lambda *a, **k: real(*a, **k) - 1)
+    with pytest.raises(ValueError, match="precond_rank_run differs"):
+        NystromKernelRidge(**kw).fit(Xn, yn)
+    monkeypatch.undo()  # the same default: resumes and completes
+    with pytest.warns(ConvergenceWarning):
+        NystromKernelRidge(**kw).fit(Xn, yn)
+    assert not (tmp_path / "e.ckpt").exists()
+
+
 @pytest.mark.parametrize("M,p", [(0, 1), (7, 1), (10, 4), (1000, 3), (3, 5), (2048, 2048)])
 def test_centre_blocks_tile_the_centres_contiguously_and_evenly(M, p):
     blocks = [eigen_cg_module._center_block(M, p, r) for r in range(p)]

@@ -450,15 +450,16 @@ class NystromKernelRidge(_NystromBase):
         return FitPlan(shared={"centres": float(data.centers.shape[0]), "targets": float(t)},
                        state=_RidgePlan(data, intercept, alpha, coef0, self._route(data)))
 
-    def _precond_rank(self, data: NystromData, n_rows: int, stored: bool) -> int:
+    def _precond_rank(self, data: NystromData) -> int:
         """The rank of eigen-CG's preconditioner: ``precond_rank`` capped at M, or
-        :func:`~kernelflow.solvers.nystrom_eigen_cg.default_rank` on ``n_rows`` (this
-        process's)."""
-        M = int(data.centers.shape[0])
-        if self.precond_rank is None:
-            return default_rank(M, data.options, n_rows, data.train.n_features, stored=stored,
-                                dtype=data.dtype)
-        return int(min(self.precond_rank, M))
+        :func:`~kernelflow.solvers.nystrom_eigen_cg.default_rank` on this process's rows (the
+        solver's own choice, before the processes of a data-parallel fit agree on one)."""
+        M, src = int(data.centers.shape[0]), data.train
+        if self.precond_rank is not None:
+            return int(min(self.precond_rank, M))
+        return default_rank(M, data.options, int(getattr(src, "n_local", src.n_samples)),
+                            src.n_features, stored=kernel_fits(src, M, data.dtype, data.options),
+                            dtype=data.dtype)
 
     def _route(self, data: NystromData) -> str:
         """``solver``, except "auto": "eigen_cg" where the M x M matrices of "cg" and "direct"
@@ -470,14 +471,34 @@ class NystromKernelRidge(_NystromBase):
             return self.solver
         M, src = int(data.centers.shape[0]), data.train
         short = not centre_matrices_fit(M, data.options)
-        rows = int(getattr(src, "n_local", src.n_samples))
-        stored = kernel_fits(src, M, data.dtype, data.options)
-        cheaper = choose_solver(rows, M, src.n_features, dtype=data.dtype, stored=stored,
-                                rank=self._precond_rank(data, rows, stored),
-                                candidates=("direct", "cg", "eigen_cg"))
+        cheaper = choose_solver(
+            int(getattr(src, "n_local", src.n_samples)), M, src.n_features, dtype=data.dtype,
+            stored=kernel_fits(src, M, data.dtype, data.options), rank=self._precond_rank(data),
+            candidates=("direct", "cg", "eigen_cg"))
         votes = all_reduce_sum(torch.tensor([float(short or cheaper == "eigen_cg")],
                                             dtype=torch.float64))
         return "eigen_cg" if float(votes[0]) > 0 else "auto"
+
+    def _checkpoint(self, p: _RidgePlan):
+        """(the fit's checkpoint or None, eigen-CG's rank or None for the solver's default).
+
+        The checkpoint's problem includes the solver that runs ("auto" run as "eigen_cg" keeps
+        other vectors than "cg") and eigen-CG's rank (its default follows the budget and the
+        storage of K_nM, which may differ when a fit resumes): a checkpoint of another route
+        or rank is refused, naming ``solver_run`` or ``precond_rank_run``.
+        """
+        if self.checkpoint is None:
+            return None, self.precond_rank
+        if is_distributed():
+            raise ValueError("checkpoint is not supported in a data-parallel fit.")
+        d, rank = p.data, self.precond_rank
+        routed: dict = {"solver_run": p.solver} if p.solver != self.solver else {}
+        if p.solver == "eigen_cg":
+            rank = self._precond_rank(d)
+            routed["precond_rank_run"] = rank
+        ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(d.source), centers=d.centers,
+                              kernel=d.kernel, alpha=p.alpha, coef0=p.coef0, **routed)
+        return ckpt, rank
 
     def data_parallel_step(self, shard: DataSource, plan: FitPlan) -> LocalResult:
         """Conjugate gradients (or the direct solve) on this process's rows; every sum over
@@ -489,22 +510,14 @@ class NystromKernelRidge(_NystromBase):
                 f"compute_variance needs M x M float64 matrices ({d.centers.shape[0]} centres) "
                 f"above the memory budget; fit without compute_variance, with fewer centres "
                 f"or with a larger budget (options=Options(memory_budget=...)).")
-        ckpt = None
-        if self.checkpoint is not None:
-            if is_distributed():
-                raise ValueError("checkpoint is not supported in a data-parallel fit.")
-            # "auto" run as "eigen_cg" (other vectors than "cg"'s) is a problem of its own
-            routed = {"solver_run": p.solver} if p.solver != self.solver else {}
-            ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(d.source),
-                                  centers=d.centers, kernel=d.kernel, alpha=p.alpha,
-                                  coef0=p.coef0, **routed)
+        ckpt, rank = self._checkpoint(p)
         common = dict(y_offset=p.intercept, coef0=p.coef0, max_iter=self.max_iter, tol=self.tol,
                       validation=d.validation, n_iter_no_change=self.n_iter_no_change,
                       dtype=d.dtype, options=d.options, block_size=self.block_size,
                       verbose=self.verbose, moments=d.solver_moments())
         if p.solver == "eigen_cg":
             sol = nystrom_eigen_cg(d.train, d.kernel, d.centers, p.alpha, checkpoint=ckpt,
-                                   rank=self.precond_rank, **common)
+                                   rank=rank, **common)
         else:
             sol = nystrom_krr(d.train, d.kernel, d.centers, p.alpha, solver=p.solver,
                               checkpoint=ckpt, **common)
