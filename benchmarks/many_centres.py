@@ -16,7 +16,8 @@ final RMSE_f, and the process's peak RSS.
 Methods:
 
 * ``eigen_cg``: :func:`kernelflow.solvers.nystrom_eigen_cg.nystrom_eigen_cg`, default rank
-  s = min(M, 2000); ``eigen_cg-s=R``: rank R;
+  (:func:`~kernelflow.solvers.nystrom_eigen_cg.default_rank`: min(M, 2000), or 3000 where
+  the rows make its setup pay); ``eigen_cg-s=R``: rank R;
 * ``pcg``: :func:`kernelflow.solvers.nystrom.nystrom_krr` with ``solver="cg"`` (Falkon's
   preconditioner, O(M^3) setup, O(M^2) memory);
 * ``direct``: the same with ``solver="direct"`` (the exact Nyström solution, one Gram pass);
