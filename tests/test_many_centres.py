@@ -477,8 +477,8 @@ def test_checkpoint_of_another_default_rank_is_refused(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         NystromKernelRidge(**kw).fit(Xn, yn)
     monkeypatch.undo()
-    real = ridge_module.default_rank
-    monkeypatch.setattr(ridge_module, "default_rank", lambda *a, **k: real(*a, **k) - 1)
+    real = ridge_module.source_default_rank
+    monkeypatch.setattr(ridge_module, "source_default_rank", lambda *a, **k: real(*a, **k) - 1)
     with pytest.raises(ValueError, match="precond_rank_run differs"):
         NystromKernelRidge(**kw).fit(Xn, yn)
     monkeypatch.undo()  # the same default: resumes and completes

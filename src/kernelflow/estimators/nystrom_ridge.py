@@ -25,7 +25,7 @@ from ..solvers.nystrom import (
     nystrom_krr,
     nystrom_predict,
 )
-from ..solvers.nystrom_eigen_cg import default_rank, nystrom_eigen_cg
+from ..solvers.nystrom_eigen_cg import nystrom_eigen_cg, source_default_rank
 from ..solvers.variance import nystrom_posterior
 from ..sources import DataSource
 from ..typing import ArrayLike, Output
@@ -450,16 +450,14 @@ class NystromKernelRidge(_NystromBase):
         return FitPlan(shared={"centres": float(data.centers.shape[0]), "targets": float(t)},
                        state=_RidgePlan(data, intercept, alpha, coef0, self._route(data)))
 
-    def _precond_rank(self, data: NystromData) -> int:
-        """The rank of eigen-CG's preconditioner: ``precond_rank`` capped at M, or
-        :func:`~kernelflow.solvers.nystrom_eigen_cg.default_rank` on this process's rows (the
-        solver's own choice, before the processes of a data-parallel fit agree on one)."""
-        M, src = int(data.centers.shape[0]), data.train
+    def _precond_rank(self, data: NystromData, stored: bool) -> int:
+        """The rank of eigen-CG's preconditioner: ``precond_rank`` capped at M, or the
+        solver's own default on this process's rows, K_nM ``stored`` or not
+        (:func:`~kernelflow.solvers.nystrom_eigen_cg.source_default_rank`)."""
+        M = int(data.centers.shape[0])
         if self.precond_rank is not None:
             return int(min(self.precond_rank, M))
-        return default_rank(M, data.options, int(getattr(src, "n_local", src.n_samples)),
-                            src.n_features, stored=kernel_fits(src, M, data.dtype, data.options),
-                            dtype=data.dtype)
+        return source_default_rank(data.train, M, data.options, data.dtype, stored=stored)
 
     def _route(self, data: NystromData) -> str:
         """``solver``, except "auto": "eigen_cg" where the M x M matrices of "cg" and "direct"
@@ -471,9 +469,10 @@ class NystromKernelRidge(_NystromBase):
             return self.solver
         M, src = int(data.centers.shape[0]), data.train
         short = not centre_matrices_fit(M, data.options)
+        stored = kernel_fits(src, M, data.dtype, data.options)
         cheaper = choose_solver(
             int(getattr(src, "n_local", src.n_samples)), M, src.n_features, dtype=data.dtype,
-            stored=kernel_fits(src, M, data.dtype, data.options), rank=self._precond_rank(data),
+            stored=stored, rank=self._precond_rank(data, stored),
             candidates=("direct", "cg", "eigen_cg"))
         votes = all_reduce_sum(torch.tensor([float(short or cheaper == "eigen_cg")],
                                             dtype=torch.float64))
@@ -494,7 +493,8 @@ class NystromKernelRidge(_NystromBase):
         d, rank = p.data, self.precond_rank
         routed: dict = {"solver_run": p.solver} if p.solver != self.solver else {}
         if p.solver == "eigen_cg":
-            rank = self._precond_rank(d)
+            rank = self._precond_rank(
+                d, kernel_fits(d.train, int(d.centers.shape[0]), d.dtype, d.options))
             routed["precond_rank_run"] = rank
         ckpt = fit_checkpoint(self, "nystrom_cg", data_fingerprint(d.source), centers=d.centers,
                               kernel=d.kernel, alpha=p.alpha, coef0=p.coef0, **routed)

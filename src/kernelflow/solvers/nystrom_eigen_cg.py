@@ -78,7 +78,8 @@ from .nystrom import (
     warn_breakdown,
 )
 
-__all__ = ["EigenPreconditioner", "eigen_preconditioner", "default_rank", "nystrom_eigen_cg"]
+__all__ = ["EigenPreconditioner", "eigen_preconditioner", "default_rank", "source_default_rank",
+           "nystrom_eigen_cg"]
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,14 @@ def default_rank(n_centers: int, options: Options | None = None, n_rows: int | N
     return int(max(1, min(n_centers, cap, by_budget)))
 
 
+def source_default_rank(source: DataSource, n_centers: int, options: Options | None,
+                        dtype: torch.dtype, *, stored: bool) -> int:
+    """:func:`default_rank` on this process's rows of ``source`` (its ``n_local`` rows for a
+    shard) and features; the processes of a data-parallel run then agree on the smallest."""
+    return default_rank(n_centers, options, int(getattr(source, "n_local", source.n_samples)),
+                        source.n_features, stored=stored, dtype=dtype)
+
+
 def _check_rank_fits(rank: int, n_centers: int, options: Options | None) -> None:
     """MemoryError when a rank-``rank`` preconditioner of ``n_centers`` centres (3 M s float64
     values) exceeds the memory budget (the smallest over the processes of a data-parallel run,
@@ -130,9 +139,8 @@ def _agreed_rank(run: _NystromRun) -> int:
     """:func:`default_rank` on this process's rows (streamed unless all of K_nM is stored), the
     smallest over the processes of a data-parallel run (their rows and budgets may differ;
     they must build the same preconditioner and stop together)."""
-    src = run.source
-    s = default_rank(run.M, run.options, int(getattr(src, "n_local", src.n_samples)),
-                     src.n_features, stored=isinstance(run.cache, list), dtype=run.dtype)
+    s = source_default_rank(run.source, run.M, run.options, run.dtype,
+                            stored=isinstance(run.cache, list))
     if not is_distributed():
         return s
     ranks = torch.zeros(world_size(), dtype=torch.float64)
